@@ -1,0 +1,101 @@
+// nvfp4moe — the NVFP4 format on the host: codecs, two-level quantization,
+// dequantization and scale-factor layouts (spec sections 1-3).
+//
+// Bytes: codes are packed two per byte (element 2i low nibble), [rows, cols/2];
+// block scales are UE4M3 bit patterns, one per 16 elements, [rows, cols/16]
+// in the LINEAR layout unless a function says swizzled. Global scales g are
+// FP32 in the dequantization direction: x_hat = value(q) * e4m3(s) * g.
+//
+// Every quantizer here is exact per spec section 2 and bit-identical to the
+// scalar `*_ref` versions (tests/format check it); the non-ref versions are
+// vectorised and multithreaded.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nvfp4moe/types.hpp"
+
+namespace nvfp4moe {
+
+constexpr int64_t kBlockSize = 16;
+
+// ---- codecs (exact, scalar) -------------------------------------------------
+uint8_t e2m1_encode(float v);      // nearest code, ties to even, sign iff v < 0
+float e2m1_decode(uint8_t code);   // low 4 bits
+uint8_t e4m3_encode(float v);      // RNE, saturates at 448, NaN/Inf -> 0x7F
+float e4m3_decode(uint8_t byte);   // bit pattern -> value (0x3F -> 1.875)
+float global_scale_for_amax(float amax);  // amax/(6*448), 1 when amax == 0
+
+// ---- scopes of the global scale ---------------------------------------------
+enum class ScaleScope : uint8_t {
+  PerTensor,  // one g from the amax of the whole tensor
+  PerRow,     // one g per row (per token), dynamic
+  Static,     // one given g (a checkpoint's input_scale)
+};
+const char* scope_name(ScaleScope s);
+
+// max |x| over n values; NaN if any is NaN.
+float abs_max(const float* x, int64_t n);
+float abs_max(const Bf16* x, int64_t n);
+
+// ---- quantization -----------------------------------------------------------
+// Quantize rows of X [rows, cols] (row-major, row stride `ld` elements) with
+// row r's global scale g[r * g_stride] (g_stride 0: one g for all rows).
+// cols must be a multiple of 16. Writes codes [rows, cols/2] and linear scale
+// bytes [rows, cols/16].
+void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, const float* g,
+                   int64_t g_stride, uint8_t* codes, uint8_t* scales);
+void quantize_rows(const Bf16* x, int64_t rows, int64_t cols, int64_t ld, const float* g,
+                   int64_t g_stride, uint8_t* codes, uint8_t* scales);
+// Scalar reference: the spec in code.
+void quantize_rows_ref(const float* x, int64_t rows, int64_t cols, int64_t ld, const float* g,
+                       int64_t g_stride, uint8_t* codes, uint8_t* scales);
+
+// An owning quantized matrix (the linear layout).
+struct Nvfp4Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;         // [rows, cols/2]
+  std::vector<uint8_t> scales;        // [rows, cols/16], UE4M3 bit patterns
+  std::vector<float> global_scale;    // 1 value (PerTensor/Static) or `rows`
+  ScaleScope scope = ScaleScope::PerTensor;
+
+  float g(int64_t row) const { return global_scale.size() == 1 ? global_scale[0] : global_scale[row]; }
+};
+
+// Quantize a whole matrix; `static_g` is used only with ScaleScope::Static.
+// For weights pass check_finite=true: NaN/Inf is then an error naming `what`
+// and the index (activations instead propagate NaN to their row).
+Nvfp4Matrix quantize_matrix(const float* x, int64_t rows, int64_t cols, ScaleScope scope,
+                            float static_g = 1.0f, bool check_finite = false,
+                            const char* what = "tensor");
+Nvfp4Matrix quantize_matrix(const Bf16* x, int64_t rows, int64_t cols, ScaleScope scope,
+                            float static_g = 1.0f, bool check_finite = false,
+                            const char* what = "tensor");
+
+// ---- dequantization ----------------------------------------------------------
+// out[r, i] = value(q) * e4m3(s) * g[r * g_stride], FP32 arithmetic.
+void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g,
+                     int64_t g_stride, int64_t rows, int64_t cols, float* out);
+void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g,
+                     int64_t g_stride, int64_t rows, int64_t cols, Bf16* out);
+std::vector<float> dequantize(const Nvfp4Matrix& m);
+
+// ---- scale-factor layouts (spec section 3) ---------------------------------
+// Swizzled 128x4 (CUTLASS / vLLM scaled_fp4_quant / FlashInfer): rows padded to
+// a multiple of 128, scale columns k = cols/16 to a multiple of 4, zero bytes.
+int64_t swizzled_scale_bytes(int64_t rows, int64_t k);
+// Byte offset of (row m, scale column c) in the swizzled buffer, kp = padded k.
+inline int64_t swizzled_offset(int64_t m, int64_t c, int64_t kp) {
+  return ((m >> 7) * (kp / 4) + (c >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (c & 3);
+}
+// linear [rows, k] -> swizzled (swizzled_scale_bytes(rows, k) bytes, padding zeroed).
+void scales_linear_to_swizzled(const uint8_t* linear, int64_t rows, int64_t k, uint8_t* swizzled);
+// swizzled -> linear [rows, k] (padding ignored).
+void scales_swizzled_to_linear(const uint8_t* swizzled, int64_t rows, int64_t k, uint8_t* linear);
+
+// Throws naming `what` and the first index holding NaN/Inf.
+void check_finite(const float* x, int64_t n, const char* what);
+void check_finite(const Bf16* x, int64_t n, const char* what);
+
+}  // namespace nvfp4moe

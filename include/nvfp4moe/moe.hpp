@@ -1,0 +1,168 @@
+// nvfp4moe — the DeepSeek-V4 NVFP4 MoE layer (spec section 5): configuration,
+// weights in the project's own layout, and one forward call whose backend
+// (cpu, cuda) is chosen at run time.
+//
+// Expert ids are GLOBAL (0..E-1) in every routing tensor; a Moe built for an
+// expert-parallel rank holds only experts [first_expert, first_expert + count)
+// and indexes its weights LOCALLY (global - first_expert).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nvfp4moe/types.hpp"
+
+namespace nvfp4moe {
+
+enum class Scoring : uint8_t { SqrtSoftplus, Sigmoid, Softmax };
+enum class InputScaleMode : uint8_t { Dynamic, Static };
+enum class Backend : uint8_t { Cpu, Cuda };
+
+const char* backend_name(Backend b);
+Backend parse_backend(const std::string& s);  // "cpu" | "cuda"; throws otherwise
+bool cuda_available();                        // built with CUDA and a device present
+
+struct MoeConfig {
+  int64_t hidden = 0;           // H
+  int64_t intermediate = 0;     // I, per routed expert
+  int64_t experts = 0;          // E, routed experts (global count)
+  int64_t top_k = 0;            // k
+  int64_t shared_experts = 0;   // n_s: 0 or 1
+  int64_t shared_intermediate = 0;  // 0 -> intermediate * shared_experts
+  float routed_scaling_factor = 1.0f;  // rho, from the model config
+  std::optional<float> swiglu_limit;   // L; none -> no clamp
+  bool hash_routed = false;            // this layer routes by tid2eid[token_id]
+  Scoring scoring = Scoring::SqrtSoftplus;
+  bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (spec); false: rho * s_j
+  InputScaleMode l1_input = InputScaleMode::Dynamic;  // x: per token, or static input_scale
+  InputScaleMode l2_input = InputScaleMode::Dynamic;  // h: per (token, expert) row, or static
+
+  int64_t shared_inter() const { return shared_intermediate ? shared_intermediate : intermediate * shared_experts; }
+  // Throws naming the field and value (H, I multiples of 16; 1 <= k <= E; ...).
+  void validate() const;
+};
+
+// Published geometries (rho must still come from the model's config; these
+// carry 1.5, the published value, for synthetic models only).
+MoeConfig dsv4_pro_config();
+MoeConfig dsv4_flash_config();
+MoeConfig small_demo_config();  // a small DeepSeek-V4-shaped layer for the CPU demo
+
+// Routed experts in the project's layout (that of vLLM's ModelOptNvFp4FusedMoE):
+// experts [first_expert, first_expert + count), indexed locally.
+struct ExpertWeights {
+  int64_t count = 0;          // local experts held
+  int64_t first_expert = 0;   // global id of local expert 0
+  int64_t hidden = 0, intermediate = 0;
+  std::vector<uint8_t> w13_codes;   // [count, 2I, H/2]: rows 0..I-1 gate (W1), I..2I-1 up (W3)
+  std::vector<uint8_t> w13_scales;  // [count, 2I, H/16] linear UE4M3 bit patterns
+  std::vector<float> w13_global;    // [count, 2]: g of gate, g of up (weight_scale_2)
+  std::vector<uint8_t> w2_codes;    // [count, H, I/2] (down, W2)
+  std::vector<uint8_t> w2_scales;   // [count, H, I/16]
+  std::vector<float> w2_global;     // [count]
+  std::vector<float> w13_input_scale;  // [count] static g of x (checkpoint input_scale), or empty
+  std::vector<float> w2_input_scale;   // [count] static g of h, or empty
+
+  // Throws naming the tensor and expert if a size is off or a global scale is
+  // NaN/Inf/non-positive.
+  void validate() const;
+  // A rank's slice: experts [first, first + n) as a new ExpertWeights.
+  ExpertWeights slice(int64_t first, int64_t n) const;
+};
+
+struct RouterWeights {
+  std::vector<float> gate;         // [E, H] router weight (FP32 copy)
+  std::vector<float> bias;         // [E] e_score_correction_bias; empty = zeros
+  std::vector<int32_t> tid2eid;    // [vocab, k] for hash-routed layers; else empty
+  int64_t vocab = 0;
+};
+
+struct SharedExpertWeights {       // unquantized BF16; empty when n_s == 0
+  std::vector<Bf16> w1, w3;        // [Is, H] gate, up
+  std::vector<Bf16> w2;            // [H, Is] down
+};
+
+struct MoeWeights {
+  MoeConfig config;
+  ExpertWeights experts;
+  RouterWeights router;
+  SharedExpertWeights shared;
+};
+
+// A synthetic DeepSeek-V4-structured layer: deterministic random weights from
+// `seed`, quantized to NVFP4 (per-tensor global scales), router and shared
+// expert included. `unquantized_out`, if given, receives the FP32 weights
+// before quantization as another MoeWeights-shaped set (for error reports).
+struct SyntheticDense {
+  std::vector<float> w1, w3, w2;   // [E, I, H], [E, I, H], [E, H, I]
+};
+MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense = nullptr);
+
+// Caller-supplied routing (skips the router) and router inputs.
+struct RoutingArgs {
+  TensorView topk_ids;      // [T, k] int32 or int64, GLOBAL ids or -1; ndim 0 = run the router
+  TensorView topk_weights;  // [T, k] f32 (with topk_ids)
+  TensorView token_ids;     // [T] int32 or int64, for hash-routed layers
+};
+
+struct ForwardOutputs {
+  TensorView y;             // [T, H] bf16, required
+  TensorView topk_ids;      // [T, k] int32, optional (ndim 0 = not wanted)
+  TensorView topk_weights;  // [T, k] f32, optional
+};
+
+struct MoeOptions {
+  Backend backend = Backend::Cpu;
+  int threads = 0;              // cpu: 0 = all cores
+  int device = 0;               // cuda: device ordinal
+  int64_t max_tokens = 8192;    // cuda: capacity of the forward's buffers
+  bool checked = false;         // cuda: synchronise after each forward and report the error word
+};
+
+// Errors the device records without a host synchronisation (spec 6), read by
+// Moe::sync_errors().
+enum ErrorBits : uint32_t {
+  kErrExpertIdOutOfRange = 1u << 0,
+  kErrCapacity = 1u << 1,
+};
+
+class MoeBackendImpl;  // src/: one per backend
+
+class Moe {
+ public:
+  Moe(MoeWeights weights, const MoeOptions& options);
+  ~Moe();
+  Moe(Moe&&) noexcept;
+  Moe& operator=(Moe&&) noexcept;
+
+  const MoeConfig& config() const;
+  Backend backend() const;
+
+  // y = MoE(x). x: [T, H] bf16 or f32 on the backend's device. All tensors on
+  // the backend's device; for cuda, work is queued on `stream` (a
+  // cudaStream_t, nullptr = default) with no host synchronisation unless
+  // options.checked. Bad shapes/dtypes/devices throw before any work.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               void* stream = nullptr);
+
+  // Host convenience: x [T, H] f32 on the host; returns y [T, H] as f32
+  // (values of the BF16 output). Runs on any backend (copies as needed).
+  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
+                                  const std::vector<int32_t>* topk_ids = nullptr,
+                                  const std::vector<float>* topk_weights = nullptr,
+                                  const std::vector<int32_t>* token_ids = nullptr,
+                                  std::vector<int32_t>* topk_ids_out = nullptr,
+                                  std::vector<float>* topk_weights_out = nullptr);
+
+  // Synchronises and throws if the device recorded an error since the last
+  // call (e.g. an expert id outside [-1, E)), naming it; clears the word.
+  void sync_errors();
+
+ private:
+  std::unique_ptr<MoeBackendImpl> impl_;
+};
+
+}  // namespace nvfp4moe

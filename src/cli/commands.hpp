@@ -1,0 +1,14 @@
+// The subcommands of the `nvfp4moe` tool; each lives in its own cmd_*.cpp and
+// receives the arguments after its name. Return the process exit code.
+#pragma once
+
+namespace nvfp4moe::cli {
+
+int cmd_demo(int argc, char** argv);        // cmd_demo.cpp: the main job
+int cmd_run(int argc, char** argv);         // cmd_run.cpp
+int cmd_quantize(int argc, char** argv);    // cmd_quantize.cpp
+int cmd_dequantize(int argc, char** argv);  // cmd_quantize.cpp
+int cmd_inspect(int argc, char** argv);     // cmd_inspect.cpp
+int cmd_bench(int argc, char** argv);       // cmd_bench.cpp
+
+}  // namespace nvfp4moe::cli

@@ -1,0 +1,104 @@
+// MoeConfig and ExpertWeights validation, published geometries.
+#include <cmath>
+
+#include "nvfp4moe/error.hpp"
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe {
+
+void MoeConfig::validate() const {
+  NVFP4_CHECK(hidden > 0 && hidden % 16 == 0, "MoeConfig: hidden H must be a positive multiple of 16, got ", hidden);
+  NVFP4_CHECK(intermediate > 0 && intermediate % 16 == 0,
+              "MoeConfig: intermediate I must be a positive multiple of 16, got ", intermediate);
+  NVFP4_CHECK(experts > 0, "MoeConfig: experts E must be > 0, got ", experts);
+  NVFP4_CHECK(top_k >= 1 && top_k <= experts, "MoeConfig: top_k must be in [1, E=", experts, "], got ", top_k);
+  NVFP4_CHECK(shared_experts == 0 || shared_experts == 1, "MoeConfig: shared_experts must be 0 or 1, got ",
+              shared_experts);
+  NVFP4_CHECK(shared_experts == 0 || (shared_inter() > 0 && shared_inter() % 16 == 0),
+              "MoeConfig: shared intermediate must be a positive multiple of 16, got ", shared_inter());
+  NVFP4_CHECK(std::isfinite(routed_scaling_factor), "MoeConfig: routed_scaling_factor must be finite, got ",
+              routed_scaling_factor);
+  NVFP4_CHECK(!swiglu_limit || (std::isfinite(*swiglu_limit) && *swiglu_limit > 0),
+              "MoeConfig: swiglu_limit must be finite and > 0, got ", swiglu_limit.value_or(0));
+}
+
+MoeConfig dsv4_pro_config() {
+  MoeConfig c;
+  c.hidden = 7168;
+  c.intermediate = 3072;
+  c.experts = 384;
+  c.top_k = 6;
+  c.shared_experts = 1;
+  c.routed_scaling_factor = 1.5f;
+  c.swiglu_limit = 10.0f;
+  return c;
+}
+
+MoeConfig dsv4_flash_config() {
+  MoeConfig c = dsv4_pro_config();
+  c.hidden = 4096;
+  c.intermediate = 2048;
+  c.experts = 256;
+  return c;
+}
+
+MoeConfig small_demo_config() {
+  MoeConfig c = dsv4_pro_config();
+  c.hidden = 1024;
+  c.intermediate = 512;
+  c.experts = 32;
+  return c;
+}
+
+void ExpertWeights::validate() const {
+  const int64_t H = hidden, I = intermediate, n = count;
+  NVFP4_CHECK(H % 16 == 0 && I % 16 == 0 && n >= 0, "ExpertWeights: H=", H, " I=", I, " count=", n);
+  auto size_is = [&](size_t got, int64_t want, const char* name) {
+    NVFP4_CHECK(int64_t(got) == want, "ExpertWeights: ", name, " has ", got, " elements, expected ", want,
+                " (count=", n, " H=", H, " I=", I, ")");
+  };
+  size_is(w13_codes.size(), n * 2 * I * H / 2, "w13_codes");
+  size_is(w13_scales.size(), n * 2 * I * H / 16, "w13_scales");
+  size_is(w13_global.size(), n * 2, "w13_global");
+  size_is(w2_codes.size(), n * H * I / 2, "w2_codes");
+  size_is(w2_scales.size(), n * H * I / 16, "w2_scales");
+  size_is(w2_global.size(), n, "w2_global");
+  if (!w13_input_scale.empty()) size_is(w13_input_scale.size(), n, "w13_input_scale");
+  if (!w2_input_scale.empty()) size_is(w2_input_scale.size(), n, "w2_input_scale");
+  auto check_scales = [&](const std::vector<float>& v, int per, const char* name) {
+    for (size_t i = 0; i < v.size(); ++i)
+      NVFP4_CHECK(std::isfinite(v[i]) && v[i] > 0, "ExpertWeights: ", name, " of expert ",
+                  first_expert + int64_t(i) / per, " is ", v[i], " (must be finite and > 0)");
+  };
+  check_scales(w13_global, 2, "w13 weight_scale_2");
+  check_scales(w2_global, 1, "w2 weight_scale_2");
+  check_scales(w13_input_scale, 1, "w13 input_scale");
+  check_scales(w2_input_scale, 1, "w2 input_scale");
+}
+
+ExpertWeights ExpertWeights::slice(int64_t first, int64_t n) const {
+  NVFP4_CHECK(first >= 0 && n >= 0 && first + n <= count, "ExpertWeights::slice: [", first, ", ", first + n,
+              ") outside [0, ", count, ")");
+  const int64_t H = hidden, I = intermediate;
+  ExpertWeights s;
+  s.count = n;
+  s.first_expert = first_expert + first;
+  s.hidden = H;
+  s.intermediate = I;
+  auto cut = [&](const auto& v, int64_t per) {
+    using V = std::decay_t<decltype(v)>;
+    if (v.empty()) return V{};
+    return V(v.begin() + first * per, v.begin() + (first + n) * per);
+  };
+  s.w13_codes = cut(w13_codes, 2 * I * H / 2);
+  s.w13_scales = cut(w13_scales, 2 * I * H / 16);
+  s.w13_global = cut(w13_global, 2);
+  s.w2_codes = cut(w2_codes, H * I / 2);
+  s.w2_scales = cut(w2_scales, H * I / 16);
+  s.w2_global = cut(w2_global, 1);
+  s.w13_input_scale = cut(w13_input_scale, 1);
+  s.w2_input_scale = cut(w2_input_scale, 1);
+  return s;
+}
+
+}  // namespace nvfp4moe

@@ -1,0 +1,174 @@
+// Quantization: hand-worked golden vectors, the pitfalls, fast vs reference
+// bit equality on fresh random inputs, and the QDQ fixed point.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/test_util.hpp"
+#include "nvfp4moe/error.hpp"
+#include "nvfp4moe/format.hpp"
+
+using namespace nvfp4moe;
+using nvfp4moe::test::Rng;
+
+TEST(Quantize, GoldenBlockWorkedByHand) {
+  // g = 1 (static). amax = 6 -> s = e4m3(6/6 / 1) = 1.0 = 0x38, d = 1.
+  const float x[16] = {6, -6, 3, 0.1f, -0.1f, 1.25f, 1.75f, 0.25f, 0.75f, 2.5f, 3.5f, 5, 4, -2, 1, 0};
+  // codes: 7 F 5 0 8 2 4 0 2 4 6 6 6 C 2 0 ; packed low nibble first
+  const uint8_t want_codes[8] = {0xF7, 0x05, 0x28, 0x04, 0x42, 0x66, 0xC6, 0x02};
+  float g = 1.0f;
+  uint8_t codes[8], scale;
+  quantize_rows(x, 1, 16, 16, &g, 0, codes, &scale);
+  EXPECT_EQ(scale, 0x38);
+  EXPECT_BYTES_EQ(codes, want_codes, 8, "golden codes");
+  quantize_rows_ref(x, 1, 16, 16, &g, 0, codes, &scale);
+  EXPECT_EQ(scale, 0x38);
+  EXPECT_BYTES_EQ(codes, want_codes, 8, "golden codes (ref)");
+}
+
+TEST(Quantize, GoldenPerTensorScaleWorkedByHand) {
+  // One block, amax 3 over the tensor: g = 3/2688; s = e4m3((3/6)/g) = e4m3(448) = 0x7E;
+  // d = 448*g = 0.5; x/d: 3->6 (7), 1.5->3 (5), -0.2->-0.4 (0x9), 0.7->1.4 (3).
+  float x[16] = {3, 1.5f, -0.2f, 0.7f};
+  Nvfp4Matrix m = quantize_matrix(x, 1, 16, ScaleScope::PerTensor);
+  ASSERT_EQ(m.global_scale.size(), 1u);
+  EXPECT_EQ(m.global_scale[0], 3.0f / 2688.0f);
+  EXPECT_EQ(m.scales[0], 0x7E);
+  EXPECT_EQ(m.codes[0], 0x57);
+  EXPECT_EQ(m.codes[1], 0x39);
+  for (int i = 2; i < 8; ++i) EXPECT_EQ(m.codes[i], 0) << i;
+}
+
+TEST(Quantize, BlockScaleIsAmaxOverSixNotAmax) {
+  // Pitfall: amax 6 with g = 1 must give scale 1.0 (0x38), not 6.0 (0x4C).
+  float x[16] = {};
+  x[3] = 6.0f;
+  float g = 1.0f;
+  uint8_t codes[8], scale;
+  quantize_rows(x, 1, 16, 16, &g, 0, codes, &scale);
+  EXPECT_EQ(scale, 0x38);
+  EXPECT_NE(scale, e4m3_encode(6.0f));
+  EXPECT_EQ(codes[1], 0x70);  // element 3: high nibble, code 7 (=6)
+}
+
+TEST(Quantize, LargeActivationsNeedTheGlobalScale) {
+  // Pitfall: without g, block scales of amax 1e4 overflow UE4M3 (saturate at
+  // 448 -> max representable 2688). With the per-row g they stay in range.
+  Rng rng(nvfp4moe::test::fresh_seed());
+  std::vector<float> x = nvfp4moe::test::random_normal(rng, 4 * 64, 3000.0f);
+  x[5] = 10000.0f;
+  Nvfp4Matrix m = quantize_matrix(x.data(), 4, 64, ScaleScope::PerRow);
+  for (uint8_t s : m.scales) EXPECT_LE(s, 0x7E);
+  std::vector<float> back = dequantize(m);
+  EXPECT_LT(nvfp4moe::test::rel_l2(back, x), 0.15);
+  EXPECT_NEAR(back[5], 10000.0f, 1.0f);
+  // The same data with g = 1 loses the large values: that is the bug.
+  Nvfp4Matrix bad = quantize_matrix(x.data(), 4, 64, ScaleScope::Static, 1.0f);
+  EXPECT_GT(nvfp4moe::test::rel_l2(dequantize(bad), x), 0.3);
+}
+
+TEST(Quantize, FastEqualsReferenceOnFreshRandomInputs) {
+  uint64_t seed = nvfp4moe::test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (int64_t cols : {16, 48, 256, 7168}) {
+    int64_t rows = 37;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (auto& v : x) {
+      double r = rng.uniform();
+      // mix of magnitudes, exact ties, zeros and tiny values
+      v = r < 0.1 ? 0.0f : r < 0.2 ? float(rng.below(13)) * 0.25f * (rng.uniform() < 0.5 ? -1 : 1)
+          : r < 0.3 ? rng.normal() * 1e-20f : rng.normal() * float(std::pow(10.0, rng.uniform(-4, 4)));
+    }
+    for (ScaleScope scope : {ScaleScope::PerTensor, ScaleScope::PerRow, ScaleScope::Static}) {
+      Nvfp4Matrix m = quantize_matrix(x.data(), rows, cols, scope, 0.37f);
+      std::vector<uint8_t> codes(m.codes.size()), scales(m.scales.size());
+      quantize_rows_ref(x.data(), rows, cols, cols, m.global_scale.data(),
+                        m.global_scale.size() == 1 ? 0 : 1, codes.data(), scales.data());
+      EXPECT_BYTES_EQ(m.codes.data(), codes.data(), int64_t(codes.size()),
+                      "codes cols=" << cols << " scope " << scope_name(scope));
+      EXPECT_BYTES_EQ(m.scales.data(), scales.data(), int64_t(scales.size()),
+                      "scales cols=" << cols << " scope " << scope_name(scope));
+    }
+  }
+}
+
+TEST(Quantize, Bf16InputMatchesFloatInput) {
+  Rng rng(nvfp4moe::test::fresh_seed());
+  std::vector<float> x = nvfp4moe::test::random_normal(rng, 8 * 128, 2.0f);
+  std::vector<Bf16> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    xb[i] = bf16_from_float(x[i]);
+    x[i] = bf16_to_float(xb[i]);
+  }
+  Nvfp4Matrix a = quantize_matrix(x.data(), 8, 128, ScaleScope::PerRow);
+  Nvfp4Matrix b = quantize_matrix(xb.data(), 8, 128, ScaleScope::PerRow);
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.scales, b.scales);
+  EXPECT_EQ(a.global_scale, b.global_scale);
+}
+
+TEST(Quantize, QuantizeDequantizeIsAFixedPoint) {
+  Rng rng(nvfp4moe::test::fresh_seed());
+  std::vector<float> x = nvfp4moe::test::random_normal(rng, 16 * 512, 1.0f);
+  for (ScaleScope scope : {ScaleScope::PerTensor, ScaleScope::PerRow}) {
+    Nvfp4Matrix m = quantize_matrix(x.data(), 16, 512, scope);
+    std::vector<float> once = dequantize(m);
+    Nvfp4Matrix m2 = quantize_matrix(once.data(), 16, 512, scope);
+    std::vector<float> twice = dequantize(m2);
+    EXPECT_EQ(once, twice) << scope_name(scope);
+    EXPECT_EQ(m.global_scale, m2.global_scale) << scope_name(scope);
+  }
+}
+
+TEST(Quantize, ZeroBlocksGiveZeroScaleAndCodes) {
+  std::vector<float> x(64, 0.0f);
+  x[40] = -1.0f;
+  Nvfp4Matrix m = quantize_matrix(x.data(), 1, 64, ScaleScope::PerRow);
+  EXPECT_EQ(m.scales[0], 0);
+  EXPECT_EQ(m.scales[1], 0);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(m.codes[size_t(i)], 0) << i;
+  std::vector<float> back = dequantize(m);
+  EXPECT_EQ(back[40], -1.0f);
+}
+
+TEST(Quantize, NaNInAnActivationRowPoisonsOnlyThatRow) {
+  std::vector<float> x(3 * 32, 0.5f);
+  x[32 + 7] = std::numeric_limits<float>::quiet_NaN();
+  x[64 + 20] = std::numeric_limits<float>::infinity();
+  Nvfp4Matrix m = quantize_matrix(x.data(), 3, 32, ScaleScope::PerRow);
+  EXPECT_EQ(m.scales[0], m.scales[1]);
+  EXPECT_NE(m.scales[0], 0x7F);
+  for (int b = 2; b < 6; ++b) EXPECT_EQ(m.scales[size_t(b)], 0x7F) << "block " << b;
+  std::vector<float> back = dequantize(m);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(back[size_t(i)], 0.5f);
+  for (int i = 32; i < 96; ++i) EXPECT_TRUE(std::isnan(back[size_t(i)])) << i;
+}
+
+TEST(Quantize, WeightsWithNaNAreRejectedNamingTheIndex) {
+  std::vector<float> w(2 * 16, 1.0f);
+  w[19] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    quantize_matrix(w.data(), 2, 16, ScaleScope::PerTensor, 1.0f, true, "experts.0.up_proj.weight");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("experts.0.up_proj.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("19"), std::string::npos) << msg;
+  }
+}
+
+TEST(Quantize, KNotAMultipleOf16IsAnError) {
+  std::vector<float> x(20, 1.0f);
+  EXPECT_THROW(quantize_matrix(x.data(), 1, 20, ScaleScope::PerRow), Error);
+  float g = 1.0f;
+  uint8_t c[16], s[2];
+  EXPECT_THROW(quantize_rows(x.data(), 1, 20, 20, &g, 0, c, s), Error);
+}
+
+TEST(Quantize, StaticScaleMustBeFinitePositive) {
+  std::vector<float> x(16, 1.0f);
+  EXPECT_THROW(quantize_matrix(x.data(), 1, 16, ScaleScope::Static, std::nanf("")), Error);
+  EXPECT_THROW(quantize_matrix(x.data(), 1, 16, ScaleScope::Static, 0.0f), Error);
+}
