@@ -5,3 +5,4 @@
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
 #include "nvfp4moe/types.hpp"
+#include "nvfp4moe/checkpoint.hpp"
