@@ -26,6 +26,12 @@ enum class DType : uint8_t {
   I64,
   F8E4M3,  // float8_e4m3fn: scale bytes; read as bit patterns, never cast
   Bool,
+  // Further safetensors dtypes: checkpoints may hold them; nvfp4moe copies and
+  // inspects them but computes with none.
+  U16,
+  U32,
+  U64,
+  F8E5M2,
 };
 
 // Bytes per element of a dtype.

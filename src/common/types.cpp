@@ -9,15 +9,19 @@ namespace nvfp4moe {
 std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::F64:
-    case DType::I64: return 8;
+    case DType::I64:
+    case DType::U64: return 8;
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+    case DType::U32: return 4;
     case DType::F16:
     case DType::BF16:
-    case DType::I16: return 2;
+    case DType::I16:
+    case DType::U16: return 2;
     case DType::U8:
     case DType::I8:
     case DType::F8E4M3:
+    case DType::F8E5M2:
     case DType::Bool: return 1;
   }
   NVFP4_FAIL("unknown dtype ", int(t));
@@ -36,6 +40,10 @@ const char* dtype_name(DType t) {
     case DType::I64: return "I64";
     case DType::F8E4M3: return "F8_E4M3";
     case DType::Bool: return "BOOL";
+    case DType::U16: return "U16";
+    case DType::U32: return "U32";
+    case DType::U64: return "U64";
+    case DType::F8E5M2: return "F8_E5M2";
   }
   return "?";
 }
