@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,7 @@ class SafetensorsWriter {
     std::shared_ptr<std::vector<uint8_t>> owned;
   };
   std::vector<Item> items_;
+  std::set<std::string> names_;
   std::map<std::string, std::string> metadata_;
 };
 

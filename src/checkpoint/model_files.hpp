@@ -1,0 +1,59 @@
+// Internal helpers shared by ModelDir, the MoE loader/saver and the CLI's
+// checkpoint rewriting (quantize, dequantize, inspect).
+#pragma once
+
+#include <functional>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "nvfp4moe/checkpoint.hpp"
+
+namespace nvfp4moe {
+
+// The shard file names of a model directory (index order), or
+// {"model.safetensors"}; throws naming the directory when neither exists.
+std::vector<std::string> model_shard_files(const std::string& dir);
+
+// "NVFP4"-style algorithm from hf_quant_config.json text (quantization.quant_algo),
+// else config.json text (quantization_config.quant_algo), else "".
+std::string quant_algo_of(const std::string& config_json, const std::string& hf_quant_json,
+                          const std::string& dir);
+
+// Spec section 4: mlp_layer_types[L] == "hash_moe", else L < num_hash_layers (3 by default).
+bool layer_is_hash_routed(const std::string& config_json, int layer, const std::string& src);
+
+// hf_quant_config.json as ModelOpt writes it, produced by nvfp4moe.
+std::string hf_quant_config_text(const std::vector<std::string>& exclude_modules);
+
+// ModelOpt NVFP4 tensor names of one linear weight "<prefix>.weight".
+struct Nvfp4Names {
+  std::string weight, weight_scale, weight_scale_2, input_scale;
+  explicit Nvfp4Names(const std::string& prefix)
+      : weight(prefix + ".weight"),
+        weight_scale(prefix + ".weight_scale"),
+        weight_scale_2(prefix + ".weight_scale_2"),
+        input_scale(prefix + ".input_scale") {}
+};
+
+// A global scale tensor (F32, shape [] or [1]) as its value; throws naming the
+// tensor if the dtype/shape is off or the value is NaN, Inf or <= 0.
+float read_global_scale(const TensorInfo& t);
+
+// Rewrites a checkpoint tensor by tensor: `in` and `out` are both .safetensors
+// files or both model directories (sharded ones keep their shards; the index
+// is rewritten for the new tensor names). For every input file, `transform`
+// fills a writer from the file; it reports progress through `tick` (tensor
+// done). Directory output: every file is written into a staging directory
+// next to `out` and moved into `out` only when all succeeded, so a failure
+// leaves `out` as it was. `config_edit` rewrites config.json's text (it
+// receives "" when absent); `extra_files` are written next to it.
+struct RewriteSpec {
+  std::function<void(const SafetensorsFile& in, SafetensorsWriter& out)> transform;
+  std::function<std::string(const std::string& config_json)> config_edit;
+  std::vector<std::pair<std::string, std::string>> extra_files;  // (name, content)
+  std::vector<std::string> drop_files;  // names not to carry over (e.g. hf_quant_config.json)
+};
+void rewrite_checkpoint(const std::string& in, const std::string& out, const RewriteSpec& spec);
+
+}  // namespace nvfp4moe

@@ -1,0 +1,109 @@
+// Writing safetensors: tensors are laid out largest element size first, so
+// every tensor starts at a multiple of its element size without gaps (the
+// reader, like the reference implementation, refuses gaps); the JSON header is
+// padded with spaces to a multiple of 8 so the data section is 8-aligned. The
+// file is streamed to a temporary name and renamed when complete.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "checkpoint/file_util.hpp"
+#include "common/json.hpp"
+#include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe {
+
+namespace {
+
+uint64_t byte_count(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    NVFP4_CHECK(d >= 0, "SafetensorsWriter: tensor \"", name, "\" has negative dimension ", d);
+    n *= uint64_t(d);
+  }
+  return n;
+}
+
+}  // namespace
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
+  NVFP4_CHECK(name != "__metadata__", "SafetensorsWriter: \"__metadata__\" is reserved, not a tensor name");
+  NVFP4_CHECK(!names_.count(name), "SafetensorsWriter: duplicate tensor \"", name, "\"");
+  NVFP4_CHECK(data || byte_count(name, dtype, shape) == 0, "SafetensorsWriter: tensor \"", name, "\" has no data");
+  items_.push_back(Item{name, dtype, std::move(shape), data, nullptr});
+  names_.insert(name);
+}
+
+void SafetensorsWriter::add_owned(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                                  std::vector<uint8_t> bytes) {
+  const uint64_t want = byte_count(name, dtype, shape);
+  NVFP4_CHECK(bytes.size() == want, "SafetensorsWriter: tensor \"", name, "\" of dtype ", dtype_name(dtype),
+              " needs ", want, " bytes, got ", bytes.size());
+  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  add(name, dtype, std::move(shape), owned->data());
+  items_.back().owned = std::move(owned);
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+void SafetensorsWriter::write(const std::string& path) const {
+  // Largest element first (stable: equal sizes keep the order of add()).
+  std::vector<const Item*> order;
+  for (const auto& it : items_) order.push_back(&it);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Item* a, const Item* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
+
+  json::Value header = json::Value::object();
+  if (!metadata_.empty()) {
+    json::Value md = json::Value::object();
+    for (const auto& [k, v] : metadata_) md.set(k, json::Value::string(v));
+    header.set("__metadata__", std::move(md));
+  }
+  uint64_t offset = 0;
+  for (const Item* it : order) {
+    const uint64_t n = byte_count(it->name, it->dtype, it->shape);
+    json::Value shape = json::Value::array();
+    for (int64_t d : it->shape) shape.push(json::Value::integer(d));
+    json::Value entry = json::Value::object();
+    entry.set("dtype", json::Value::string(dtype_name(it->dtype)));
+    entry.set("shape", std::move(shape));
+    entry.set("data_offsets", json::Value::array({json::Value::integer(int64_t(offset)),
+                                                  json::Value::integer(int64_t(offset + n))}));
+    header.set(it->name, std::move(entry));
+    offset += n;
+  }
+  std::string text = json::dump(header);
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  const std::string tmp = fileio::temp_name(path);
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  NVFP4_CHECK(f, tmp, ": cannot create: ", std::strerror(errno));
+  uint8_t len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
+  bool ok = std::fwrite(len_bytes, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  for (const Item* it : order) {
+    if (!ok) break;
+    const uint64_t n = byte_count(it->name, it->dtype, it->shape);
+    ok = n == 0 || std::fwrite(it->data, 1, n, f) == n;
+  }
+  ok = (std::fflush(f) == 0) && ok;
+  ok = (::fsync(fileno(f)) == 0) && ok;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    NVFP4_FAIL(path, ": writing ", 8 + text.size() + offset, " bytes failed: ", std::strerror(err));
+  }
+  try {
+    fileio::rename_or_throw(tmp, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace nvfp4moe
