@@ -96,10 +96,31 @@ struct MoeWeights {
 // `seed`, quantized to NVFP4 (per-tensor global scales), router and shared
 // expert included. `unquantized_out`, if given, receives the FP32 weights
 // before quantization as another MoeWeights-shaped set (for error reports).
+//
+// Every tensor is generated from (seed, tensor, expert, row) alone, so one
+// expert's dense weights can be regenerated without the others
+// (synthetic_expert_dense) and generation is multithreaded yet deterministic.
+// Values are ~N(0, 1/fan_in) with rare x8 outliers; the router gate is
+// ~N(0, 1/H), the correction bias uniform in [-0.05, 0.05); w13/w2 input
+// scales are set for activations of amax ~6 / ~10. Hash-routed configs get a
+// tid2eid of kSyntheticVocab rows of k distinct experts. Memory stays bounded
+// to one expert's dense weights per generation step (DeepSeek-V4-Pro: 14 GB of
+// NVFP4 experts, never all dense at once) unless `dense` asks for all of them.
 struct SyntheticDense {
   std::vector<float> w1, w3, w2;   // [E, I, H], [E, I, H], [E, H, I]
 };
 MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense = nullptr);
+
+constexpr int64_t kSyntheticVocab = 4096;
+
+// The FP32 weights of expert `e` before quantization (w1, w3 [I, H]; w2 [H, I]).
+struct SyntheticExpertDense {
+  std::vector<float> w1, w3, w2;
+};
+SyntheticExpertDense synthetic_expert_dense(const MoeConfig& cfg, uint64_t seed, int64_t expert);
+
+// Deterministic hidden states [T, H] ~N(0, 1) with rare x8 outliers (demo input).
+std::vector<float> synthetic_hidden_states(const MoeConfig& cfg, uint64_t seed, int64_t tokens);
 
 // Caller-supplied routing (skips the router) and router inputs.
 struct RoutingArgs {

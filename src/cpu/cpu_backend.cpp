@@ -1,10 +1,179 @@
-// Placeholder until the CPU backend lands.
+// The CPU backend of nvfp4moe::Moe: checks, then the stages of cpu_moe.hpp.
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_moe.hpp"
+#include "cpu/forward_args.hpp"
 #include "moe/backend.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe {
-std::unique_ptr<MoeBackendImpl> make_cpu_backend(MoeWeights, const MoeOptions&) {
-  NVFP4_FAIL("cpu backend not built yet");
+
+namespace cpu {
+
+// Widen x (bf16 or f32) to f32: bf16 values are exact in f32.
+static std::vector<float> x_as_f32(const TensorView& x, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  if (x.dtype == DType::F32) {
+    std::copy(x.ptr<const float>(), x.ptr<const float>() + n, v.begin());
+  } else {
+    const Bf16* b = x.ptr<const Bf16>();
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_float(b[i]);
+  }
+  return v;
 }
-MoeWeights make_synthetic_moe(const MoeConfig&, uint64_t, SyntheticDense*) { NVFP4_FAIL("not yet"); }
+
+template <typename Int>
+static std::vector<Int> ints_of(const TensorView& t) {
+  std::vector<Int> v(static_cast<size_t>(t.numel()));
+  if (t.dtype == DType::I32) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = Int(t.ptr<const int32_t>()[i]);
+  } else {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = Int(t.ptr<const int64_t>()[i]);
+  }
+  return v;
+}
+
+class CpuBackend final : public MoeBackendImpl {
+ public:
+  CpuBackend(MoeWeights w, const MoeOptions& options) : w_(std::move(w)), threads_(options.threads) {
+    const MoeConfig& c = w_.config;
+    NVFP4_CHECK(w_.experts.count == c.experts && w_.experts.first_expert == 0,
+                "cpu backend: expects all E=", c.experts, " experts, got count=", w_.experts.count,
+                " first_expert=", w_.experts.first_expert, " (expert-parallel slices run through ep.hpp)");
+    NVFP4_CHECK(w_.experts.hidden == c.hidden && w_.experts.intermediate == c.intermediate,
+                "cpu backend: expert weights are H=", w_.experts.hidden, " I=", w_.experts.intermediate,
+                ", config H=", c.hidden, " I=", c.intermediate);
+    validate_router(c, w_.router);
+    if (c.l1_input == InputScaleMode::Static) {
+      NVFP4_CHECK(!w_.experts.w13_input_scale.empty(),
+                  "static L1 input scale requested but the weights carry no w13 input_scale");
+      l1_static_g_ = static_l1_scale(w_.experts);
+    }
+    NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w_.experts.w2_input_scale.empty(),
+                "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+    if (c.shared_experts > 0) {
+      const int64_t n = c.shared_inter() * c.hidden;
+      NVFP4_CHECK(int64_t(w_.shared.w1.size()) == n && int64_t(w_.shared.w3.size()) == n &&
+                      int64_t(w_.shared.w2.size()) == n,
+                  "cpu backend: shared expert weights have w1=", w_.shared.w1.size(), " w3=",
+                  w_.shared.w3.size(), " w2=", w_.shared.w2.size(), " elements, expected ", n, " each");
+    }
+  }
+
+  const MoeConfig& config() const override { return w_.config; }
+  Backend kind() const override { return Backend::Cpu; }
+  void sync_errors() override {}  // errors are thrown at once on the CPU
+
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void*) override {
+    const MoeConfig& c = w_.config;
+    const CheckedForward a = check_forward_args(c, x, routing, out, DeviceKind::Cpu);
+    const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
+
+    // Routing: caller's (checked before any work) or the router's.
+    std::vector<int32_t> ids(static_cast<size_t>(T * k));
+    std::vector<float> weights(static_cast<size_t>(T * k));
+    if (a.caller_routing) {
+      if (routing.topk_ids.dtype == DType::I32)
+        check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
+      else
+        check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
+      ids = ints_of<int32_t>(routing.topk_ids);
+      const float* tw = routing.topk_weights.ptr<const float>();
+      weights.assign(tw, tw + T * k);
+    }
+    std::vector<float> xf = x_as_f32(x, T * H);
+    if (!a.caller_routing) {
+      std::vector<int64_t> token_ids;
+      if (routing.token_ids.ndim != 0) token_ids = ints_of<int64_t>(routing.token_ids);
+      route_tokens(c, w_.router, xf.data(), T, token_ids.empty() ? nullptr : token_ids.data(), ids.data(),
+                   weights.data(), threads_);
+    }
+
+    forward_routed(xf.data(), T, ids.data(), weights.data(), out.y.ptr<Bf16>());
+    if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
+    if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
+  }
+
+  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
+                                  const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
+                                  const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
+                                  std::vector<float>* topk_weights_out) override {
+    const MoeConfig& c = w_.config;
+    const int64_t H = c.hidden, k = c.top_k;
+    NVFP4_CHECK(int64_t(x.size()) == tokens * H, "forward_host: x has ", x.size(), " values, expected T*H = ",
+                tokens, "*", H);
+    auto need = [&](const auto* v, int64_t n, const char* name) {
+      NVFP4_CHECK(!v || int64_t(v->size()) == n, "forward_host: ", name, " has ", v->size(),
+                  " values, expected ", n);
+    };
+    need(topk_ids, tokens * k, "topk_ids");
+    need(topk_weights, tokens * k, "topk_weights");
+    need(token_ids, tokens, "token_ids");
+    RoutingArgs r;
+    if (topk_ids) r.topk_ids = make_view(const_cast<int32_t*>(topk_ids->data()), DType::I32, {tokens, k});
+    if (topk_weights)
+      r.topk_weights = make_view(const_cast<float*>(topk_weights->data()), DType::F32, {tokens, k});
+    if (token_ids) r.token_ids = make_view(const_cast<int32_t*>(token_ids->data()), DType::I32, {tokens});
+    std::vector<Bf16> y(static_cast<size_t>(tokens * H));
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+    std::vector<float> wts(static_cast<size_t>(tokens * k));
+    ForwardOutputs o;
+    o.y = make_view(y.data(), DType::BF16, {tokens, H});
+    o.topk_ids = make_view(ids.data(), DType::I32, {tokens, k});
+    o.topk_weights = make_view(wts.data(), DType::F32, {tokens, k});
+    forward(make_view(const_cast<float*>(x.data()), DType::F32, {tokens, H}), r, o, nullptr);
+    if (topk_ids_out) *topk_ids_out = std::move(ids);
+    if (topk_weights_out) *topk_weights_out = std::move(wts);
+    std::vector<float> yf(y.size());
+    for (size_t i = 0; i < y.size(); ++i) yf[i] = bf16_to_float(y[i]);
+    return yf;
+  }
+
+ private:
+  // Routed experts + shared expert + combine for checked ids in [-1, E).
+  void forward_routed(const float* x, int64_t T, const int32_t* ids, const float* weights, Bf16* y) {
+    const MoeConfig& c = w_.config;
+    const int64_t H = c.hidden, k = c.top_k;
+    // Pairs in (token, slot) order; -1 slots are skipped.
+    std::vector<ExpertPair> pairs;
+    std::vector<float> pair_w;
+    std::vector<int64_t> pair_of_slot(size_t(T * k), -1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t id = ids[t * k + j];
+        if (id < 0) continue;
+        pair_of_slot[size_t(t * k + j)] = int64_t(pairs.size());
+        pairs.push_back({int32_t(t), id});
+        pair_w.push_back(weights[t * k + j]);
+      }
+    // QDQ of x once per token (the same for every expert it is routed to).
+    std::vector<float> a_values(static_cast<size_t>(T * H)), a_g(static_cast<size_t>(T));
+    qdq_rows(x, T, H, c.l1_input == InputScaleMode::Static ? &l1_static_g_ : nullptr, 0, a_values.data(),
+             a_g.data());
+    std::vector<float> o(pairs.size() * size_t(H));
+    run_routed_experts(c, w_.experts, a_values.data(), a_g.data(), pairs.data(), int64_t(pairs.size()),
+                       c.l2_input == InputScaleMode::Static ? w_.experts.w2_input_scale.data() : nullptr,
+                       o.data(), threads_);
+    weight_rows(o.data(), pair_w.data(), int64_t(pairs.size()), H);
+    std::vector<float> shared;
+    if (c.shared_experts > 0) {
+      shared.resize(size_t(T * H));
+      run_shared_expert(c, w_.shared, x, T, shared.data(), threads_);
+    }
+    combine_tokens(o.data(), pair_of_slot.data(), T, k, H, shared.empty() ? nullptr : shared.data(), y,
+                   threads_);
+  }
+
+  MoeWeights w_;
+  int threads_ = 0;
+  float l1_static_g_ = NAN;
+};
+
+}  // namespace cpu
+
+std::unique_ptr<MoeBackendImpl> make_cpu_backend(MoeWeights weights, const MoeOptions& options) {
+  return std::make_unique<cpu::CpuBackend>(std::move(weights), options);
+}
+
 }  // namespace nvfp4moe

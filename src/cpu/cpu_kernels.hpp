@@ -1,0 +1,95 @@
+// Inner loops of the CPU MoE: NVFP4 weight-tile dequantization, FP32 dot
+// products, SwiGLU. Written over fixed 16-wide lanes so the compiler turns
+// them into SIMD without -ffast-math (each lane is its own accumulator; no
+// reassociation needed).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/types.hpp"
+
+namespace nvfp4moe::cpu {
+
+// value(code) of both nibbles of every byte: pair[b] = {low, high}. Built from
+// the one E2M1 codec (src/format/nvfp4_codec.hpp), not a second table.
+struct E2m1PairTable {
+  float pair[256][2];
+  E2m1PairTable() {
+    for (int b = 0; b < 256; ++b) {
+      pair[b][0] = fmt::e2m1_value(uint8_t(b & 15));
+      pair[b][1] = fmt::e2m1_value(uint8_t(b >> 4));
+    }
+  }
+};
+
+// Rows [0, n) of an NVFP4 matrix with K columns (codes [*, K/2], linear scales
+// [*, K/16]) -> out [n, K] as value(q) * f32(s), WITHOUT the global scale: the
+// product of a 4-bit and an 8-bit float is exact in FP32, so this is the exact
+// dequantization up to the factor g that the GEMM applies on the sum.
+inline void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales,
+                                  int64_t n, int64_t K, float* out) {
+  const int64_t kb = K / fmt::kBlock;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < kb; ++b) {
+      const float s = fmt::e4m3_value(scales[r * kb + b]);
+      const uint8_t* c = codes + r * (K / 2) + b * 8;
+      float* o = out + r * K + b * 16;
+      for (int i = 0; i < 8; ++i) {
+        o[2 * i] = lut.pair[c[i]][0] * s;
+        o[2 * i + 1] = lut.pair[c[i]][1] * s;
+      }
+    }
+  }
+}
+
+// BF16 rows -> FP32 (exact widening).
+inline void widen_bf16_rows(const Bf16* w, int64_t n, int64_t K, float* out) {
+  for (int64_t i = 0; i < n * K; ++i) out[i] = bf16_to_float(w[i]);
+}
+
+// dot of a with 4 rows w[0..3] (row stride K), K a multiple of 16, FP32
+// accumulation in 16 independent lanes per row, summed pairwise at the end.
+inline void dot_4rows(const float* a, const float* w, int64_t K, float out[4]) {
+  float acc[4][16] = {};
+  for (int64_t k = 0; k < K; k += 16) {
+    for (int r = 0; r < 4; ++r) {
+      const float* wr = w + r * K + k;
+      for (int l = 0; l < 16; ++l) acc[r][l] += a[k + l] * wr[l];
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    for (int h = 8; h >= 1; h /= 2)
+      for (int l = 0; l < h; ++l) acc[r][l] += acc[r][l + h];
+    out[r] = acc[r][0];
+  }
+}
+
+inline float dot_row(const float* a, const float* w, int64_t K) {
+  float acc[16] = {};
+  for (int64_t k = 0; k < K; k += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[k + l] * w[k + l];
+  for (int h = 8; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) acc[l] += acc[l + h];
+  return acc[0];
+}
+
+// out[n] = dot(a, w row n) for n in [0, rows), rows of stride K.
+inline void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out) {
+  int64_t n = 0;
+  for (; n + 4 <= rows; n += 4) dot_4rows(a, w + n * K, K, out + n);
+  for (; n < rows; ++n) out[n] = dot_row(a, w + n * K, K);
+}
+
+// h = silu(min(gate, L)) * clamp(up, -L, L), silu(z) = z / (1 + exp(-z)).
+// No limit (has_limit false): silu(gate) * up. NaN propagates.
+inline float swiglu(float gate, float up, bool has_limit, float limit) {
+  if (has_limit) {
+    gate = gate > limit ? limit : gate;  // min(gate, L), keeping NaN
+    up = up > limit ? limit : (up < -limit ? -limit : up);
+  }
+  return gate / (1.0f + std::exp(-gate)) * up;
+}
+
+}  // namespace nvfp4moe::cpu

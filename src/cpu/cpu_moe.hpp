@@ -1,0 +1,92 @@
+// The stages of the CPU MoE forward (spec section 5), one .cpp each:
+//   router.cpp          x -> (topk_ids, topk_weights)            [T, k]
+//   routing_check.cpp   caller routing -> int32 ids, range checks
+//   activation_qdq.cpp  x or h -> exact QDQ values + global scale per row
+//   grouping.cpp        (row, expert) pairs -> per-expert groups
+//   routed_experts.cpp  grouped pairs -> o_e per pair            [pairs, H]
+//   shared_expert.cpp   x -> shared(x)                           [T, H]
+//   combine.cpp         y_t = sum_j w_j o_j + shared(x_t) -> BF16
+// The expert-parallel emulation (src/ep/) calls the same stages per rank.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe::cpu {
+
+// ---- router -----------------------------------------------------------------
+// Routes T tokens of x [T, H] (f32 values; bf16 inputs are widened exactly):
+// score-based top-k with the correction bias, or tid2eid[token_ids[t]] on a
+// hash-routed layer (token_ids required then; an id outside [0, vocab) throws
+// naming the token and the id). Writes GLOBAL ids and weights [T, k]. The
+// math is src/cpu/router_math.hpp, shared with the CUDA router.
+void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float* x, int64_t tokens,
+                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads);
+
+// The router's float logit of expert e for one token (exact products, double sum).
+float router_logit(const float* x, const float* gate_row, int64_t hidden);
+
+// Validates a router for `cfg`: gate [E, H] and bias [E] sizes, finite values,
+// tid2eid [vocab, k] entries in [0, E) when hash-routed. Throws naming the
+// tensor, index and value.
+void validate_router(const MoeConfig& cfg, const RouterWeights& router);
+
+// ---- routing checks -----------------------------------------------------------
+// Every id must be in [-1, E): else throws naming token, slot and id (spec 6,
+// checked before any work).
+void check_topk_ids(const int32_t* ids, int64_t tokens, int64_t k, int64_t experts);
+void check_topk_ids(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts);
+
+// ---- activation QDQ -----------------------------------------------------------
+// Quantizes each row of x [rows, cols] exactly per spec section 2 (via
+// quantize_rows) and writes the dequantized values WITHOUT the global scale,
+// value(q) * f32(s) (exact in FP32), and the row's g. Dynamic: g = amax/2688
+// per row; static: g = static_g[row * static_stride]. A row holding NaN/Inf
+// becomes NaN (its scale bytes are 0x7F), other rows are unaffected.
+void qdq_rows(const float* x, int64_t rows, int64_t cols, const float* static_g, int64_t static_stride,
+              float* values, float* g);
+
+// ---- grouping -----------------------------------------------------------------
+// One routed (token, slot): row of the activation matrix and LOCAL expert id.
+struct ExpertPair {
+  int32_t row;
+  int32_t expert;
+};
+// Pairs sorted by expert (stable: by pair index within an expert).
+struct ExpertGroups {
+  std::vector<int64_t> offsets;  // [experts + 1]: group e is [offsets[e], offsets[e+1])
+  std::vector<int32_t> pair;     // sorted position -> original pair index
+};
+ExpertGroups group_by_expert(const ExpertPair* pairs, int64_t n, int64_t experts);
+
+// ---- routed experts -------------------------------------------------------------
+// For each pair p: o[p, :] = QDQ(h) . W2_e^T with h = swiglu(a . W1_e^T, a . W3_e^T)
+// and a = QDQ(x[row]) given as exact values `a_values` [rows, H] and scales
+// `a_g` [rows]. `l2_static_g`: one g per local expert for h, or nullptr for
+// dynamic per-(token, expert) scales. Writes o [n_pairs, H], every element.
+void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
+                        const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
+                        const float* l2_static_g, float* o, int threads);
+
+// ---- shared expert --------------------------------------------------------------
+// out [T, H] = W2s . swiglu(W1s x, W3s x), FP32 math on x (unquantized).
+void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
+                       float* out, int threads);
+
+// ---- combine --------------------------------------------------------------------
+// y[t] = BF16( sum_j contrib[pair_of_slot[t*k+j]] + shared[t] ), j in slot
+// order; a slot with pair -1 contributes nothing; shared may be nullptr.
+// contrib rows are already weighted (w_j * o_j), as the owner rank sends them.
+void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t tokens, int64_t k,
+                    int64_t hidden, const float* shared, Bf16* y, int threads);
+
+// The routed experts' weighting: contrib[p] = w_p * o[p] (FP32 product).
+void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden);
+
+// The static L1 scale: the max over ALL experts of w13_input_scale (vLLM's
+// convention), or NaN if the weights carry none.
+float static_l1_scale(const ExpertWeights& w);
+
+}  // namespace nvfp4moe::cpu

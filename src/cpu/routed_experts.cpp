@@ -1,0 +1,117 @@
+// The routed experts on the CPU: grouped NVFP4 GEMMs with the dequantized
+// weight tile reused across every token routed to the expert.
+//
+// Work is split into items (expert, tile of output rows) taken from a queue,
+// so 6 active experts still keep every core busy in decode and an expert with
+// many tokens does not leave the others idle. Per item: dequantize the tile's
+// weight rows once (value(q) * f32(s), exact), then FP32 dot products with the
+// QDQ'd activation of each token in the group, then the epilogue multiplies the
+// sum by alpha = g_activation * g_weight (the GPU epilogue's alpha).
+#include <algorithm>
+#include <vector>
+
+#include "cpu/cpu_kernels.hpp"
+#include "cpu/cpu_moe.hpp"
+#include "cpu/work_queue.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cpu {
+
+namespace {
+
+// Output rows per work item: 16 rows x K=7168 FP32 is 458 KB of dequantized
+// tile, which stays in L2 while every token of the group streams past it.
+constexpr int64_t kTileRows = 16;
+
+struct TileItem {
+  int32_t expert;  // local expert
+  int32_t row0;    // first output row of the tile
+};
+
+std::vector<TileItem> tile_items(const ExpertGroups& groups, int64_t experts, int64_t rows) {
+  std::vector<TileItem> items;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (groups.offsets[size_t(e + 1)] == groups.offsets[size_t(e)]) continue;
+    for (int64_t r = 0; r < rows; r += kTileRows) items.push_back({int32_t(e), int32_t(r)});
+  }
+  return items;
+}
+
+// Per-worker scratch: one dequantized tile and one tile of dot results.
+struct Scratch {
+  std::vector<float> tile, dots;
+};
+
+}  // namespace
+
+void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
+                        const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
+                        const float* l2_static_g, float* o, int threads) {
+  const int64_t H = cfg.hidden, I = cfg.intermediate, E = w.count;
+  NVFP4_CHECK(w.hidden == H && w.intermediate == I, "routed experts: weights are H=", w.hidden,
+              " I=", w.intermediate, ", config H=", H, " I=", I);
+  if (n_pairs == 0) return;
+  const ExpertGroups groups = group_by_expert(pairs, n_pairs, E);
+  const E2m1PairTable lut;
+  const int workers = thread_count(threads);
+  std::vector<Scratch> scratch(static_cast<size_t>(workers));
+  for (auto& s : scratch) {
+    s.tile.resize(size_t(kTileRows * std::max(H, I)));
+    s.dots.resize(size_t(kTileRows));
+  }
+
+  // 1. gate/up = a . W13^T, [pairs (sorted), 2I]: rows [0, I) gate, [I, 2I) up.
+  std::vector<float> gateup(static_cast<size_t>(n_pairs * 2 * I));
+  const std::vector<TileItem> l1_items = tile_items(groups, E, 2 * I);
+  run_items(int64_t(l1_items.size()), threads, [&](int64_t item, int worker) {
+    const TileItem it = l1_items[size_t(item)];
+    const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
+    Scratch& s = scratch[size_t(worker)];
+    const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
+    const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / 16);
+    dequant_rows_noglobal(lut, codes, scales, n, H, s.tile.data());
+    const float g_gate = w.w13_global[size_t(2 * e)], g_up = w.w13_global[size_t(2 * e + 1)];
+    for (int64_t pos = groups.offsets[size_t(e)]; pos < groups.offsets[size_t(e + 1)]; ++pos) {
+      const int64_t row = pairs[groups.pair[size_t(pos)]].row;
+      dot_rows(a_values + row * H, s.tile.data(), n, H, s.dots.data());
+      float* out = gateup.data() + pos * 2 * I + it.row0;
+      for (int64_t r = 0; r < n; ++r) out[r] = s.dots[size_t(r)] * (a_g[row] * (it.row0 + r < I ? g_gate : g_up));
+    }
+  });
+
+  // 2. h = swiglu(gate, up), then QDQ per (token, expert) row (dynamic) or
+  //    with the expert's static input_scale.
+  const bool has_limit = cfg.swiglu_limit.has_value();
+  const float limit = cfg.swiglu_limit.value_or(0.0f);
+  std::vector<float> h_values(static_cast<size_t>(n_pairs * I)), h_g(static_cast<size_t>(n_pairs));
+  const int64_t chunk = 8;
+  run_items((n_pairs + chunk - 1) / chunk, threads, [&](int64_t c, int) {
+    std::vector<float> h(static_cast<size_t>(I));
+    for (int64_t pos = c * chunk; pos < std::min(n_pairs, (c + 1) * chunk); ++pos) {
+      const float* gu = gateup.data() + pos * 2 * I;
+      for (int64_t i = 0; i < I; ++i) h[size_t(i)] = swiglu(gu[i], gu[I + i], has_limit, limit);
+      const int64_t e = pairs[groups.pair[size_t(pos)]].expert;
+      qdq_rows(h.data(), 1, I, l2_static_g ? l2_static_g + e : nullptr, 0, h_values.data() + pos * I,
+               h_g.data() + pos);
+    }
+  });
+
+  // 3. o = QDQ(h) . W2^T, [pairs, H], written at the ORIGINAL pair index.
+  const std::vector<TileItem> l2_items = tile_items(groups, E, H);
+  run_items(int64_t(l2_items.size()), threads, [&](int64_t item, int worker) {
+    const TileItem it = l2_items[size_t(item)];
+    const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
+    Scratch& s = scratch[size_t(worker)];
+    const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
+    const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / 16);
+    dequant_rows_noglobal(lut, codes, scales, n, I, s.tile.data());
+    const float g_w = w.w2_global[size_t(e)];
+    for (int64_t pos = groups.offsets[size_t(e)]; pos < groups.offsets[size_t(e + 1)]; ++pos) {
+      dot_rows(h_values.data() + pos * I, s.tile.data(), n, I, s.dots.data());
+      float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
+      for (int64_t r = 0; r < n; ++r) out[r] = s.dots[size_t(r)] * (h_g[size_t(pos)] * g_w);
+    }
+  });
+}
+
+}  // namespace nvfp4moe::cpu

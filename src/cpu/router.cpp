@@ -1,0 +1,129 @@
+// The DeepSeek-V4 router on the CPU (spec section 5): logits, scores, top-k
+// with the correction bias, or hash routing through tid2eid. The per-token
+// math is router_math.hpp, shared with the CUDA router so both select alike.
+#include <cmath>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "cpu/cpu_moe.hpp"
+#include "cpu/router_math.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cpu {
+
+float router_logit(const float* x, const float* gate_row, int64_t hidden) {
+  // 8 double lanes: each lane adds exact float products; any order rounds to
+  // the same float (router_math.hpp explains why).
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= hidden; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] = router::add_product(acc[l], x[i + l], gate_row[i + l]);
+  for (; i < hidden; ++i) acc[0] = router::add_product(acc[0], x[i], gate_row[i]);
+  double s = 0.0;
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return router::round_logit(s);
+}
+
+void validate_router(const MoeConfig& cfg, const RouterWeights& r) {
+  const int64_t E = cfg.experts, H = cfg.hidden, k = cfg.top_k;
+  if (cfg.hash_routed) {
+    NVFP4_CHECK(r.vocab > 0 && int64_t(r.tid2eid.size()) == r.vocab * k,
+                "router: hash-routed layer needs tid2eid [vocab, k] = [", r.vocab, ", ", k, "], got ",
+                r.tid2eid.size(), " entries");
+    for (size_t i = 0; i < r.tid2eid.size(); ++i)
+      NVFP4_CHECK(r.tid2eid[i] >= 0 && r.tid2eid[i] < E, "router: tid2eid[", int64_t(i) / k, "][",
+                  int64_t(i) % k, "] = ", r.tid2eid[i], " is outside [0, E=", E, ")");
+  }
+  // The gate is needed for scores (and for the weights of hash layers) unless
+  // every forward supplies its own routing; an empty gate is allowed then.
+  NVFP4_CHECK(r.gate.empty() || int64_t(r.gate.size()) == E * H, "router: gate has ", r.gate.size(),
+              " elements, expected [E, H] = [", E, ", ", H, "]");
+  NVFP4_CHECK(r.bias.empty() || int64_t(r.bias.size()) == E, "router: e_score_correction_bias has ",
+              r.bias.size(), " elements, expected E=", E);
+  for (size_t i = 0; i < r.gate.size(); ++i)
+    NVFP4_CHECK(std::isfinite(r.gate[i]), "router: gate weight [", int64_t(i) / H, ", ", int64_t(i) % H,
+                "] is ", r.gate[i]);
+  for (size_t i = 0; i < r.bias.size(); ++i)
+    NVFP4_CHECK(std::isfinite(r.bias[i]), "router: e_score_correction_bias[", i, "] is ", r.bias[i]);
+}
+
+namespace {
+
+// Score-based top-k of one token.
+void route_scored(const MoeConfig& cfg, const RouterWeights& r, const float* x, float* logits,
+                  float* scores, int32_t* ids, float* weights) {
+  const int E = int(cfg.experts), k = int(cfg.top_k);
+  const int64_t H = cfg.hidden;
+  for (int e = 0; e < E; ++e) logits[e] = router_logit(x, r.gate.data() + int64_t(e) * H, H);
+  if (cfg.scoring == Scoring::Softmax) {
+    router::softmax_scores(logits, E, scores);
+  } else {
+    const int kind = cfg.scoring == Scoring::Sigmoid ? router::kSigmoid : router::kSqrtSoftplus;
+    for (int e = 0; e < E; ++e) scores[e] = router::score_of(kind, logits[e]);
+  }
+  float keys[64];
+  int sel[64];
+  int filled = 0;
+  for (int e = 0; e < E; ++e)
+    router::topk_insert(router::selection_key(scores[e], r.bias.empty() ? 0.0f : r.bias[size_t(e)]), e, k,
+                        keys, sel, filled);
+  float s[64];
+  for (int j = 0; j < k; ++j) {
+    ids[j] = sel[j];
+    s[j] = scores[sel[j]];
+  }
+  router::topk_weights(s, k, cfg.routed_scaling_factor, cfg.norm_topk_prob, weights);
+}
+
+// Hash routing of one token: ids from tid2eid, weights from the scores of
+// those experts (no bias).
+void route_hashed(const MoeConfig& cfg, const RouterWeights& r, const float* x, int64_t token_id,
+                  float* logits, float* scores, int32_t* ids, float* weights) {
+  const int E = int(cfg.experts), k = int(cfg.top_k);
+  const int64_t H = cfg.hidden;
+  const int32_t* row = r.tid2eid.data() + token_id * k;
+  float s[64];
+  if (cfg.scoring == Scoring::Softmax) {
+    for (int e = 0; e < E; ++e) logits[e] = router_logit(x, r.gate.data() + int64_t(e) * H, H);
+    router::softmax_scores(logits, E, scores);
+    for (int j = 0; j < k; ++j) s[j] = scores[row[j]];
+  } else {
+    const int kind = cfg.scoring == Scoring::Sigmoid ? router::kSigmoid : router::kSqrtSoftplus;
+    for (int j = 0; j < k; ++j)
+      s[j] = router::score_of(kind, router_logit(x, r.gate.data() + int64_t(row[j]) * H, H));
+  }
+  for (int j = 0; j < k; ++j) ids[j] = row[j];
+  router::topk_weights(s, k, cfg.routed_scaling_factor, cfg.norm_topk_prob, weights);
+}
+
+}  // namespace
+
+void route_tokens(const MoeConfig& cfg, const RouterWeights& r, const float* x, int64_t tokens,
+                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads) {
+  const int64_t E = cfg.experts, H = cfg.hidden, k = cfg.top_k;
+  NVFP4_CHECK(k <= 64, "router: top_k ", k, " above the supported 64");
+  NVFP4_CHECK(int64_t(r.gate.size()) == E * H, "router: no gate weight [E, H] = [", E, ", ", H,
+              "] loaded (", r.gate.size(), " elements); pass topk_ids/topk_weights to skip the router");
+  if (cfg.hash_routed) {
+    NVFP4_CHECK(token_ids != nullptr, "router: layer is hash-routed, token_ids are required");
+    for (int64_t t = 0; t < tokens; ++t)
+      NVFP4_CHECK(token_ids[t] >= 0 && token_ids[t] < r.vocab, "router: token ", t, " has token id ",
+                  token_ids[t], " outside [0, vocab=", r.vocab, ")");
+  }
+  // ~E*H*2 flops per token: a token is worth a thread start past ~8 tokens.
+  parallel_for(tokens, std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, E * H)),
+               [&](int64_t t0, int64_t t1) {
+                 std::vector<float> logits(static_cast<size_t>(E)), scores(static_cast<size_t>(E));
+                 for (int64_t t = t0; t < t1; ++t) {
+                   if (cfg.hash_routed)
+                     route_hashed(cfg, r, x + t * H, token_ids[t], logits.data(), scores.data(),
+                                  topk_ids + t * k, topk_weights + t * k);
+                   else
+                     route_scored(cfg, r, x + t * H, logits.data(), scores.data(), topk_ids + t * k,
+                                  topk_weights + t * k);
+                 }
+               },
+               threads);
+}
+
+}  // namespace nvfp4moe::cpu

@@ -1,0 +1,183 @@
+// Synthetic DeepSeek-V4-structured MoE layers (moe.hpp): deterministic
+// weights from (seed, tensor, expert, row), quantized to NVFP4 per tensor.
+//
+// NOTES: a counter-based generator (one splitmix64 stream per row) instead of
+// one sequential stream: any expert or row can be regenerated alone, rows are
+// generated in parallel, and the result does not depend on the thread count.
+// Values are Irwin-Hall(4) — the sum of four 16-bit uniforms from one 64-bit
+// draw, rescaled to unit variance — close enough to normal for weights and
+// ~10x cheaper than Box-Muller, which matters at DeepSeek-V4-Pro size (25 G
+// values).
+#include <cmath>
+#include <cstring>
+
+#include "common/parallel.hpp"
+#include "nvfp4moe/error.hpp"
+#include "nvfp4moe/format.hpp"
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe {
+
+namespace {
+
+// Tensor tags: part of every row's stream key.
+enum Tag : uint64_t { kW1 = 1, kW3, kW2, kGate, kBias, kSharedW1, kSharedW3, kSharedW2, kTid2eid, kInput, kScales };
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// One row's stream: splitmix64 keyed by (seed, tag, expert, row).
+struct RowStream {
+  uint64_t s;
+  RowStream(uint64_t seed, uint64_t tag, int64_t expert, int64_t row)
+      : s(mix64(mix64(mix64(seed ^ (tag * 0x9e3779b97f4a7c15ull)) + uint64_t(expert)) + uint64_t(row))) {}
+  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
+  // ~N(0, 1): Irwin-Hall of four 16-bit uniforms, mean 2, variance 1/3.
+  float normal() {
+    uint64_t r = next();
+    float sum = 0.0f;
+    for (int i = 0; i < 4; ++i) sum += (float((r >> (16 * i)) & 0xffff) + 0.5f) * (1.0f / 65536.0f);
+    return (sum - 2.0f) * 1.7320508f;
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+};
+
+// Rows [0, rows) of a tensor ~N(0, stddev^2); about one row in eight gets one
+// x8 outlier (real checkpoints have a few, and they stress the block scales).
+void fill_rows(float* out, int64_t rows, int64_t cols, float stddev, uint64_t seed, uint64_t tag,
+               int64_t expert) {
+  parallel_for(rows, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   RowStream rs(seed, tag, expert, r);
+                   float* o = out + r * cols;
+                   for (int64_t c = 0; c < cols; ++c) o[c] = rs.normal() * stddev;
+                   const uint64_t u = rs.next();
+                   if ((u & 7) == 0) o[(u >> 3) % uint64_t(cols)] *= 8.0f;
+                 }
+               });
+}
+
+std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_float(v[i]);
+  return b;
+}
+
+// Appends a quantized matrix's bytes to an expert tensor at expert e.
+void put(const Nvfp4Matrix& m, std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t code_at,
+         int64_t scale_at) {
+  std::memcpy(codes.data() + code_at, m.codes.data(), m.codes.size());
+  std::memcpy(scales.data() + scale_at, m.scales.data(), m.scales.size());
+}
+
+}  // namespace
+
+SyntheticExpertDense synthetic_expert_dense(const MoeConfig& cfg, uint64_t seed, int64_t e) {
+  const int64_t H = cfg.hidden, I = cfg.intermediate;
+  NVFP4_CHECK(e >= 0 && e < cfg.experts, "synthetic_expert_dense: expert ", e, " outside [0, ", cfg.experts, ")");
+  SyntheticExpertDense d;
+  d.w1.resize(size_t(I * H));
+  d.w3.resize(size_t(I * H));
+  d.w2.resize(size_t(H * I));
+  fill_rows(d.w1.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kW1, e);
+  fill_rows(d.w3.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kW3, e);
+  fill_rows(d.w2.data(), H, I, 1.0f / std::sqrt(float(I)), seed, kW2, e);
+  return d;
+}
+
+std::vector<float> synthetic_hidden_states(const MoeConfig& cfg, uint64_t seed, int64_t tokens) {
+  std::vector<float> x(static_cast<size_t>(tokens * cfg.hidden));
+  fill_rows(x.data(), tokens, cfg.hidden, 1.0f, seed, kInput, 0);
+  return x;
+}
+
+MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense) {
+  cfg.validate();
+  const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.experts, k = cfg.top_k;
+  MoeWeights w;
+  w.config = cfg;
+  ExpertWeights& x = w.experts;
+  x.count = E;
+  x.first_expert = 0;
+  x.hidden = H;
+  x.intermediate = I;
+  x.w13_codes.resize(size_t(E * 2 * I * H / 2));
+  x.w13_scales.resize(size_t(E * 2 * I * H / 16));
+  x.w13_global.resize(size_t(E * 2));
+  x.w2_codes.resize(size_t(E * H * I / 2));
+  x.w2_scales.resize(size_t(E * H * I / 16));
+  x.w2_global.resize(size_t(E));
+  x.w13_input_scale.resize(size_t(E));
+  x.w2_input_scale.resize(size_t(E));
+  if (dense) {
+    dense->w1.resize(size_t(E * I * H));
+    dense->w3.resize(size_t(E * I * H));
+    dense->w2.resize(size_t(E * H * I));
+  }
+  // One expert at a time (rows and quantization run in parallel inside), so at
+  // most one expert's FP32 weights exist at once.
+  for (int64_t e = 0; e < E; ++e) {
+    const SyntheticExpertDense d = synthetic_expert_dense(cfg, seed, e);
+    const Nvfp4Matrix q1 = quantize_matrix(d.w1.data(), I, H, ScaleScope::PerTensor, 1.0f, true, "gate_proj");
+    const Nvfp4Matrix q3 = quantize_matrix(d.w3.data(), I, H, ScaleScope::PerTensor, 1.0f, true, "up_proj");
+    const Nvfp4Matrix q2 = quantize_matrix(d.w2.data(), H, I, ScaleScope::PerTensor, 1.0f, true, "down_proj");
+    put(q1, x.w13_codes, x.w13_scales, e * 2 * I * H / 2, e * 2 * I * H / 16);
+    put(q3, x.w13_codes, x.w13_scales, (e * 2 * I + I) * H / 2, (e * 2 * I + I) * H / 16);
+    put(q2, x.w2_codes, x.w2_scales, e * H * I / 2, e * H * I / 16);
+    x.w13_global[size_t(2 * e)] = q1.global_scale[0];
+    x.w13_global[size_t(2 * e + 1)] = q3.global_scale[0];
+    x.w2_global[size_t(e)] = q2.global_scale[0];
+    // Static input scales as a calibration would set them (amax ~6 for x,
+    // ~10 for h), varying a little per expert so that "max over experts"
+    // is a real choice.
+    RowStream rs(seed, kScales, e, 0);
+    x.w13_input_scale[size_t(e)] = global_scale_for_amax(6.0f * (1.0f + 0.1f * rs.uniform()));
+    x.w2_input_scale[size_t(e)] = global_scale_for_amax(10.0f * (1.0f + 0.1f * rs.uniform()));
+    if (dense) {
+      std::copy(d.w1.begin(), d.w1.end(), dense->w1.begin() + e * I * H);
+      std::copy(d.w3.begin(), d.w3.end(), dense->w3.begin() + e * I * H);
+      std::copy(d.w2.begin(), d.w2.end(), dense->w2.begin() + e * H * I);
+    }
+  }
+
+  // Router: gate ~N(0, 1/H), bias uniform in [-0.05, 0.05).
+  w.router.gate.resize(size_t(E * H));
+  fill_rows(w.router.gate.data(), E, H, 1.0f / std::sqrt(float(H)), seed, kGate, 0);
+  w.router.bias.resize(size_t(E));
+  RowStream bias(seed, kBias, 0, 0);
+  for (auto& b : w.router.bias) b = 0.1f * bias.uniform() - 0.05f;
+  if (cfg.hash_routed) {
+    // k distinct experts per token id (rejection of repeats; k <= E).
+    w.router.vocab = kSyntheticVocab;
+    w.router.tid2eid.resize(size_t(kSyntheticVocab * k));
+    for (int64_t v = 0; v < kSyntheticVocab; ++v) {
+      RowStream rs(seed, kTid2eid, 0, v);
+      int32_t* row = w.router.tid2eid.data() + v * k;
+      for (int64_t j = 0; j < k;) {
+        const int32_t id = int32_t(rs.next() % uint64_t(E));
+        bool seen = false;
+        for (int64_t i = 0; i < j; ++i) seen |= row[i] == id;
+        if (!seen) row[j++] = id;
+      }
+    }
+  }
+
+  // Shared expert: unquantized BF16.
+  if (cfg.shared_experts > 0) {
+    const int64_t Is = cfg.shared_inter();
+    std::vector<float> t(static_cast<size_t>(Is * H));
+    fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW1, 0);
+    w.shared.w1 = to_bf16(t);
+    fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW3, 0);
+    w.shared.w3 = to_bf16(t);
+    fill_rows(t.data(), H, Is, 1.0f / std::sqrt(float(Is)), seed, kSharedW2, 0);
+    w.shared.w2 = to_bf16(t);
+  }
+  return w;
+}
+
+}  // namespace nvfp4moe

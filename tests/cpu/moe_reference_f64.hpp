@@ -1,0 +1,36 @@
+// An independent, deliberately simple FP64 evaluation of spec section 5, the
+// yardstick for every MoE backend: router in double, weights dequantized in
+// double, QDQ of activations written out from the spec's formulas (the exact
+// quantizer is called for the quantize step only), every sum in double, no
+// tiling, no grouping, no threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe::test {
+
+struct RefRouting {
+  std::vector<int32_t> ids;       // [T, k] GLOBAL ids, best first
+  std::vector<double> weights;    // [T, k]
+  std::vector<double> keys;       // [T, E] selection keys s_e + b_e (scored layers)
+  std::vector<double> scores;     // [T, E] s_e
+};
+
+// Router of spec section 5 in double: l = x . Wg, s = sqrt(softplus(l)),
+// top-k of s + b (ties -> lower id), or tid2eid[token_ids[t]] when hash-routed;
+// w = rho * s / sum s (norm_topk_prob) or rho * s.
+RefRouting reference_router_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens,
+                                const std::vector<int32_t>* token_ids = nullptr);
+
+// y [T, H] in double for the given routing (GLOBAL ids or -1, weights as
+// floats as a backend would receive them). `w.experts` must hold all experts.
+std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens,
+                                      const std::vector<int32_t>& ids, const std::vector<float>& weights);
+
+// The shared expert alone in double, [T, H] (zeros when n_s == 0).
+std::vector<double> reference_shared_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens);
+
+}  // namespace nvfp4moe::test
