@@ -11,29 +11,6 @@ namespace nvfp4moe {
 
 namespace cpu {
 
-// Widen x (bf16 or f32) to f32: bf16 values are exact in f32.
-static std::vector<float> x_as_f32(const TensorView& x, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  if (x.dtype == DType::F32) {
-    std::copy(x.ptr<const float>(), x.ptr<const float>() + n, v.begin());
-  } else {
-    const Bf16* b = x.ptr<const Bf16>();
-    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_float(b[i]);
-  }
-  return v;
-}
-
-template <typename Int>
-static std::vector<Int> ints_of(const TensorView& t) {
-  std::vector<Int> v(static_cast<size_t>(t.numel()));
-  if (t.dtype == DType::I32) {
-    for (size_t i = 0; i < v.size(); ++i) v[i] = Int(t.ptr<const int32_t>()[i]);
-  } else {
-    for (size_t i = 0; i < v.size(); ++i) v[i] = Int(t.ptr<const int64_t>()[i]);
-  }
-  return v;
-}
-
 class CpuBackend final : public MoeBackendImpl {
  public:
   CpuBackend(MoeWeights w, const MoeOptions& options) : w_(std::move(w)), threads_(options.threads) {
@@ -78,14 +55,14 @@ class CpuBackend final : public MoeBackendImpl {
         check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
       else
         check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
-      ids = ints_of<int32_t>(routing.topk_ids);
+      ids = values_i32(routing.topk_ids);
       const float* tw = routing.topk_weights.ptr<const float>();
       weights.assign(tw, tw + T * k);
     }
-    std::vector<float> xf = x_as_f32(x, T * H);
+    std::vector<float> xf = values_f32(x);
     if (!a.caller_routing) {
       std::vector<int64_t> token_ids;
-      if (routing.token_ids.ndim != 0) token_ids = ints_of<int64_t>(routing.token_ids);
+      if (routing.token_ids.ndim != 0) token_ids = values_i64(routing.token_ids);
       route_tokens(c, w_.router, xf.data(), T, token_ids.empty() ? nullptr : token_ids.data(), ids.data(),
                    weights.data(), threads_);
     }
@@ -99,35 +76,9 @@ class CpuBackend final : public MoeBackendImpl {
                                   const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
                                   const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
                                   std::vector<float>* topk_weights_out) override {
-    const MoeConfig& c = w_.config;
-    const int64_t H = c.hidden, k = c.top_k;
-    NVFP4_CHECK(int64_t(x.size()) == tokens * H, "forward_host: x has ", x.size(), " values, expected T*H = ",
-                tokens, "*", H);
-    auto need = [&](const auto* v, int64_t n, const char* name) {
-      NVFP4_CHECK(!v || int64_t(v->size()) == n, "forward_host: ", name, " has ", v->size(),
-                  " values, expected ", n);
-    };
-    need(topk_ids, tokens * k, "topk_ids");
-    need(topk_weights, tokens * k, "topk_weights");
-    need(token_ids, tokens, "token_ids");
-    RoutingArgs r;
-    if (topk_ids) r.topk_ids = make_view(const_cast<int32_t*>(topk_ids->data()), DType::I32, {tokens, k});
-    if (topk_weights)
-      r.topk_weights = make_view(const_cast<float*>(topk_weights->data()), DType::F32, {tokens, k});
-    if (token_ids) r.token_ids = make_view(const_cast<int32_t*>(token_ids->data()), DType::I32, {tokens});
-    std::vector<Bf16> y(static_cast<size_t>(tokens * H));
-    std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-    std::vector<float> wts(static_cast<size_t>(tokens * k));
-    ForwardOutputs o;
-    o.y = make_view(y.data(), DType::BF16, {tokens, H});
-    o.topk_ids = make_view(ids.data(), DType::I32, {tokens, k});
-    o.topk_weights = make_view(wts.data(), DType::F32, {tokens, k});
-    forward(make_view(const_cast<float*>(x.data()), DType::F32, {tokens, H}), r, o, nullptr);
-    if (topk_ids_out) *topk_ids_out = std::move(ids);
-    if (topk_weights_out) *topk_weights_out = std::move(wts);
-    std::vector<float> yf(y.size());
-    for (size_t i = 0; i < y.size(); ++i) yf[i] = bf16_to_float(y[i]);
-    return yf;
+    return forward_host_with(
+        w_.config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o, nullptr); },
+        x, tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
   }
 
  private:

@@ -1,0 +1,77 @@
+// nvfp4moe — expert parallelism on the CPU: R logical ranks in one process
+// (spec section 6). The semantics every expert-parallel path must have, in
+// their simplest form; the GPU paths (ep_cuda.hpp) share the indexing of
+// src/ep/ep_index.hpp.
+//
+//   * E % R == 0; rank r owns GLOBAL experts [r*E/R, (r+1)*E/R) and holds ONLY
+//     that slice (ExpertWeights::slice), indexed LOCALLY: local = global - r*E/R.
+//   * The batch's tokens are split over ranks in contiguous chunks
+//     (ep_index.hpp token_chunk_begin); the router runs on the token's rank.
+//   * Dispatch: every (token, slot) with a GLOBAL id goes to the owner rank
+//     with its activation row, slot, weight and LOCAL id; -1 slots go nowhere.
+//   * The owner computes o_e (QDQ of x, grouped NVFP4 GEMMs) and sends back
+//     w_j * o_e; the token's rank sums every slot in slot order plus the
+//     shared expert, and rounds to BF16 once — so any R gives the same bits
+//     as R = 1.
+//   * Capacity: a rank may receive at most `recv_capacity` pairs per forward;
+//     more is an nvfp4moe::Error naming the rank, the count and the capacity,
+//     raised before any expert work (never silent corruption).
+//   * An expert id outside [-1, E) is an Error naming token, slot and id.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe {
+
+struct CpuEpOptions {
+  int threads = 0;              // 0 = all cores
+  int64_t recv_capacity = 0;    // pairs a rank may receive per forward; 0 = unlimited
+};
+
+// Per-forward dispatch statistics (for tests and the CLI).
+struct CpuEpStats {
+  std::vector<int64_t> tokens;    // [R] tokens held by each rank
+  std::vector<int64_t> received;  // [R] pairs each rank computed
+  std::vector<int64_t> sent;      // [R] pairs each rank's tokens sent (to any rank, itself included)
+};
+
+class CpuEpMoe {
+ public:
+  // `weights`: the whole layer; rank r keeps its slice only. Throws when
+  // E % R != 0 (naming E and R) or the weights are invalid.
+  CpuEpMoe(const MoeWeights& weights, int ranks, const CpuEpOptions& options = {});
+  ~CpuEpMoe();
+  CpuEpMoe(CpuEpMoe&&) noexcept;
+  CpuEpMoe& operator=(CpuEpMoe&&) noexcept;
+
+  int ranks() const;
+  const MoeConfig& config() const;
+  // Rank r's experts: count E/R, first_expert r*E/R, local indexing.
+  const ExpertWeights& rank_experts(int rank) const;
+
+  // Same contract as Moe::forward on host tensors: x [T, H] bf16/f32, routing
+  // (caller's GLOBAL topk ids/weights, or the router; token_ids for hash
+  // layers), y [T, H] bf16, optional topk outputs.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out);
+
+  // Host convenience, as Moe::forward_host.
+  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
+                                  const std::vector<int32_t>* topk_ids = nullptr,
+                                  const std::vector<float>* topk_weights = nullptr,
+                                  const std::vector<int32_t>* token_ids = nullptr,
+                                  std::vector<int32_t>* topk_ids_out = nullptr,
+                                  std::vector<float>* topk_weights_out = nullptr);
+
+  // Statistics of the last forward.
+  const CpuEpStats& last_stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvfp4moe

@@ -1,0 +1,214 @@
+// Expert parallelism on the CPU: R logical ranks in one process, each with
+// its slice of the experts, exchanging pairs through per-rank buffers laid
+// out as a real all-to-all would (ep.hpp states the semantics).
+//
+// Phases of one forward, each a loop over ranks (the "network" is memcpy):
+//   1. route     router on each rank's token chunk (or the caller's ids)
+//   2. plan      counts, offsets, capacity (cpu_ep_plan.cpp)
+//   3. dispatch  src rank copies (x row, slot, weight, LOCAL id) into the
+//                owner's receive buffer at recv_offset[src][dst]
+//   4. compute   owner: QDQ x, grouped NVFP4 GEMMs on LOCAL ids, w_j * o_e
+//   5. return    owner copies each weighted row into the token rank's
+//                combine buffer at row token*k + slot
+//   6. combine   token rank: sum of slots in slot order + shared expert
+#include "nvfp4moe/ep.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "cpu/cpu_moe.hpp"
+#include "cpu/forward_args.hpp"
+#include "ep/cpu_ep_plan.hpp"
+#include "ep/ep_index.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe {
+
+struct CpuEpMoe::Impl {
+  MoeConfig config;
+  RouterWeights router;          // replicated on every rank
+  SharedExpertWeights shared;    // replicated on every rank
+  std::vector<ExpertWeights> rank_experts;  // [R]: slice r, LOCAL ids
+  CpuEpOptions options;
+  float l1_static_g = NAN;       // max over ALL experts, as one rank would read it from the checkpoint
+  CpuEpStats stats;
+
+  int ranks() const { return int(rank_experts.size()); }
+};
+
+CpuEpMoe::CpuEpMoe(const MoeWeights& w, int ranks, const CpuEpOptions& options) : impl_(std::make_unique<Impl>()) {
+  const MoeConfig& c = w.config;
+  c.validate();
+  w.experts.validate();
+  NVFP4_CHECK(ranks >= 1, "expert parallelism: R must be >= 1, got ", ranks);
+  NVFP4_CHECK(c.experts % ranks == 0, "expert parallelism: E=", c.experts, " experts are not divisible by R=", ranks,
+              " ranks");
+  NVFP4_CHECK(w.experts.count == c.experts && w.experts.first_expert == 0, "expert parallelism: needs all E=",
+              c.experts, " experts to slice, got count=", w.experts.count, " first_expert=", w.experts.first_expert);
+  cpu::validate_router(c, w.router);
+  Impl& m = *impl_;
+  m.config = c;
+  m.router = w.router;
+  m.shared = w.shared;
+  m.options = options;
+  if (c.l1_input == InputScaleMode::Static) {
+    NVFP4_CHECK(!w.experts.w13_input_scale.empty(),
+                "static L1 input scale requested but the weights carry no w13 input_scale");
+    m.l1_static_g = cpu::static_l1_scale(w.experts);
+  }
+  NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w.experts.w2_input_scale.empty(),
+              "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+  const int64_t per = c.experts / ranks;
+  for (int r = 0; r < ranks; ++r) m.rank_experts.push_back(w.experts.slice(r * per, per));
+}
+
+CpuEpMoe::~CpuEpMoe() = default;
+CpuEpMoe::CpuEpMoe(CpuEpMoe&&) noexcept = default;
+CpuEpMoe& CpuEpMoe::operator=(CpuEpMoe&&) noexcept = default;
+
+int CpuEpMoe::ranks() const { return impl_->ranks(); }
+const MoeConfig& CpuEpMoe::config() const { return impl_->config; }
+const CpuEpStats& CpuEpMoe::last_stats() const { return impl_->stats; }
+const ExpertWeights& CpuEpMoe::rank_experts(int rank) const {
+  NVFP4_CHECK(rank >= 0 && rank < ranks(), "rank ", rank, " outside [0, R=", ranks(), ")");
+  return impl_->rank_experts[size_t(rank)];
+}
+
+namespace {
+
+// What travels with each dispatched pair (besides the activation row).
+struct RecvEntry {
+  int32_t src_rank;
+  int32_t token;        // token index on its rank
+  int32_t slot;
+  int32_t local_expert;
+  float weight;
+};
+
+}  // namespace
+
+void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out) {
+  Impl& m = *impl_;
+  const MoeConfig& c = m.config;
+  const cpu::CheckedForward a = cpu::check_forward_args(c, x, routing, out, DeviceKind::Cpu);
+  const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
+  const int R = m.ranks();
+  const int threads = m.options.threads;
+
+  // 1. route: the caller's GLOBAL ids (checked), or the router on each rank's chunk.
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  std::vector<float> weights(static_cast<size_t>(T * k));
+  if (a.caller_routing) {
+    if (routing.topk_ids.dtype == DType::I32)
+      cpu::check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
+    else
+      cpu::check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
+    ids = cpu::values_i32(routing.topk_ids);
+    const float* tw = routing.topk_weights.ptr<const float>();
+    weights.assign(tw, tw + T * k);
+  }
+  const std::vector<float> xf = cpu::values_f32(x);
+  if (!a.caller_routing) {
+    std::vector<int64_t> token_ids;
+    if (routing.token_ids.ndim != 0) token_ids = cpu::values_i64(routing.token_ids);
+    for (int r = 0; r < R; ++r) {
+      const int64_t b = ep::token_chunk_begin(T, R, r), e = ep::token_chunk_begin(T, R, r + 1);
+      cpu::route_tokens(c, m.router, xf.data() + b * H, e - b, token_ids.empty() ? nullptr : token_ids.data() + b,
+                        ids.data() + b * k, weights.data() + b * k, threads);
+    }
+  }
+
+  // 2. plan (throws on capacity overflow before any expert work).
+  const ep::CpuDispatchPlan plan =
+      ep::plan_cpu_dispatch(ids.data(), T, int32_t(k), int32_t(c.experts), R, m.options.recv_capacity);
+  const int32_t per = plan.experts_per_rank;
+
+  // 3. dispatch into each owner's receive buffers.
+  std::vector<std::vector<float>> recv_x(static_cast<size_t>(R));
+  std::vector<std::vector<RecvEntry>> recv(static_cast<size_t>(R));
+  for (int d = 0; d < R; ++d) {
+    recv_x[size_t(d)].resize(size_t(plan.recv_count[size_t(d)] * H));
+    recv[size_t(d)].resize(size_t(plan.recv_count[size_t(d)]));
+  }
+  for (int s = 0; s < R; ++s) {
+    std::vector<int64_t> cursor(static_cast<size_t>(R));
+    for (int d = 0; d < R; ++d) cursor[size_t(d)] = plan.recv_offset[size_t(s * R + d)];
+    for (int64_t t = plan.token_begin[size_t(s)]; t < plan.token_begin[size_t(s + 1)]; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t id = ids[size_t(t * k + j)];
+        const int32_t d = ep::slot_owner(id, int32_t(c.experts), per);
+        if (d < 0) continue;
+        const int64_t row = cursor[size_t(d)]++;
+        std::memcpy(recv_x[size_t(d)].data() + row * H, xf.data() + t * H, size_t(H) * sizeof(float));
+        recv[size_t(d)][size_t(row)] = {s, int32_t(t - plan.token_begin[size_t(s)]), int32_t(j),
+                                        ep::local_expert(id, d, per), weights[size_t(t * k + j)]};
+      }
+  }
+
+  // 4. compute on each owner with LOCAL ids; 5. return w_j * o_e to the token's rank.
+  std::vector<std::vector<float>> combine_rows(static_cast<size_t>(R));
+  std::vector<std::vector<int64_t>> combine_index(static_cast<size_t>(R));  // [tokens_r * k]: row or -1
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = plan.token_begin[size_t(r + 1)] - plan.token_begin[size_t(r)];
+    combine_rows[size_t(r)].resize(size_t(n * k * H));
+    combine_index[size_t(r)].assign(size_t(n * k), -1);
+  }
+  for (int d = 0; d < R; ++d) {
+    const int64_t n = plan.recv_count[size_t(d)];
+    if (n == 0) continue;
+    const ExpertWeights& ew = m.rank_experts[size_t(d)];
+    std::vector<float> a_values(size_t(n * H)), a_g(static_cast<size_t>(n)), o(size_t(n * H)), w(static_cast<size_t>(n));
+    cpu::qdq_rows(recv_x[size_t(d)].data(), n, H, c.l1_input == InputScaleMode::Static ? &m.l1_static_g : nullptr, 0,
+                  a_values.data(), a_g.data());
+    std::vector<cpu::ExpertPair> pairs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      pairs[size_t(i)] = {int32_t(i), recv[size_t(d)][size_t(i)].local_expert};
+      w[size_t(i)] = recv[size_t(d)][size_t(i)].weight;
+    }
+    cpu::run_routed_experts(c, ew, a_values.data(), a_g.data(), pairs.data(), n,
+                            c.l2_input == InputScaleMode::Static ? ew.w2_input_scale.data() : nullptr, o.data(),
+                            threads);
+    cpu::weight_rows(o.data(), w.data(), n, H);
+    for (int64_t i = 0; i < n; ++i) {
+      const RecvEntry& e = recv[size_t(d)][size_t(i)];
+      const int64_t row = ep::combine_row(e.token, e.slot, int32_t(k));
+      std::memcpy(combine_rows[size_t(e.src_rank)].data() + row * H, o.data() + i * H, size_t(H) * sizeof(float));
+      combine_index[size_t(e.src_rank)][size_t(row)] = row;
+    }
+  }
+
+  // 6. combine on each token's rank: slots in order + shared expert, BF16 once.
+  Bf16* y = out.y.ptr<Bf16>();
+  for (int r = 0; r < R; ++r) {
+    const int64_t b = plan.token_begin[size_t(r)], n = plan.token_begin[size_t(r + 1)] - b;
+    if (n == 0) continue;
+    std::vector<float> shared;
+    if (c.shared_experts > 0) {
+      shared.resize(size_t(n * H));
+      cpu::run_shared_expert(c, m.shared, xf.data() + b * H, n, shared.data(), threads);
+    }
+    cpu::combine_tokens(combine_rows[size_t(r)].data(), combine_index[size_t(r)].data(), n, k, H,
+                        shared.empty() ? nullptr : shared.data(), y + b * H, threads);
+  }
+  if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
+  if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
+
+  m.stats.tokens.assign(size_t(R), 0);
+  m.stats.received = plan.recv_count;
+  m.stats.sent.assign(size_t(R), 0);
+  for (int s = 0; s < R; ++s) {
+    m.stats.tokens[size_t(s)] = plan.token_begin[size_t(s + 1)] - plan.token_begin[size_t(s)];
+    for (int d = 0; d < R; ++d) m.stats.sent[size_t(s)] += plan.send_count[size_t(s * R + d)];
+  }
+}
+
+std::vector<float> CpuEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
+                                          const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
+                                          const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
+                                          std::vector<float>* topk_weights_out) {
+  return cpu::forward_host_with(
+      impl_->config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o); }, x,
+      tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
+}
+
+}  // namespace nvfp4moe
