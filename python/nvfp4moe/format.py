@@ -29,6 +29,7 @@ def _check_choice(name, value, choices):
 
 
 def _shape2(a, name):
+    framework(a)  # raises for what is not an array
     shape = tuple(a.shape)
     if len(shape) != 2:
         raise Error(f"{name}: expected a 2-D array, got shape {list(shape)}")

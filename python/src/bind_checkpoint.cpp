@@ -25,7 +25,8 @@ nb::object tensor_to_numpy(const TensorInfo& t) {
     if (t.nbytes) std::memcpy(v.data(), t.data, size_t(t.nbytes));
     auto* owned = new std::vector<T>(std::move(v));
     nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-    return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
+    return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner),
+                   nb::rv_policy::reference);
   };
   switch (t.dtype) {
     case DType::F32: return make(float{});

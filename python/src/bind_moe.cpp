@@ -168,7 +168,7 @@ std::vector<uint16_t> bf16_bits(const std::vector<Bf16>& v) {
 
 nb::object optional_numpy_f32(const std::vector<float>& v, size_t n) {
   if (v.empty()) return nb::none();
-  return nb::cast(numpy_copy(v, {n}));
+  return (numpy_copy(v, {n}));
 }
 
 void bind_config(nb::module_& m) {
@@ -238,26 +238,26 @@ void bind_weights(nb::module_& m) {
       })
       .def_prop_ro("router_gate", [](const W& w) -> nb::object {
         if (w.router.gate.empty()) return nb::none();
-        return nb::cast(numpy_copy(w.router.gate, {size_t(w.config.experts), size_t(w.config.hidden)}));
+        return (numpy_copy(w.router.gate, {size_t(w.config.experts), size_t(w.config.hidden)}));
       })
       .def_prop_ro("router_bias", [](const W& w) {
         return optional_numpy_f32(w.router.bias, size_t(w.config.experts));
       })
       .def_prop_ro("tid2eid", [](const W& w) -> nb::object {
         if (w.router.tid2eid.empty()) return nb::none();
-        return nb::cast(numpy_copy(w.router.tid2eid, {size_t(w.router.vocab), size_t(w.config.top_k)}));
+        return (numpy_copy(w.router.tid2eid, {size_t(w.router.vocab), size_t(w.config.top_k)}));
       })
       .def_prop_ro("shared_w1", [](const W& w) -> nb::object {  // BF16 bit patterns as uint16
         if (w.shared.w1.empty()) return nb::none();
-        return nb::cast(numpy_copy(bf16_bits(w.shared.w1), {size_t(w.config.shared_inter()), size_t(w.config.hidden)}));
+        return (numpy_copy(bf16_bits(w.shared.w1), {size_t(w.config.shared_inter()), size_t(w.config.hidden)}));
       })
       .def_prop_ro("shared_w3", [](const W& w) -> nb::object {
         if (w.shared.w3.empty()) return nb::none();
-        return nb::cast(numpy_copy(bf16_bits(w.shared.w3), {size_t(w.config.shared_inter()), size_t(w.config.hidden)}));
+        return (numpy_copy(bf16_bits(w.shared.w3), {size_t(w.config.shared_inter()), size_t(w.config.hidden)}));
       })
       .def_prop_ro("shared_w2", [](const W& w) -> nb::object {
         if (w.shared.w2.empty()) return nb::none();
-        return nb::cast(numpy_copy(bf16_bits(w.shared.w2), {size_t(w.config.hidden), size_t(w.config.shared_inter())}));
+        return (numpy_copy(bf16_bits(w.shared.w2), {size_t(w.config.hidden), size_t(w.config.shared_inter())}));
       })
       .def("slice", [](const W& w, int64_t first, int64_t count) {
         W s;

@@ -13,10 +13,11 @@ namespace nvfp4moe::py {
 namespace nb = nanobind;
 
 template <typename T>
-nb::ndarray<nb::numpy, T> numpy_copy(std::vector<T> values, std::initializer_list<size_t> shape) {
+nb::object numpy_copy(std::vector<T> values, std::initializer_list<size_t> shape) {
   auto* owned = new std::vector<T>(std::move(values));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), owner);
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), owner),
+                  nb::rv_policy::reference);
 }
 
 }  // namespace nvfp4moe::py
