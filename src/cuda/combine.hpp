@@ -1,0 +1,32 @@
+// The last steps of a forward: y[t] = sum over slots j, in slot order, of
+// y_pair[t*k + j] (only slots computed here: pos_of_pair >= 0) + shared[t],
+// rounded to BF16 once. Deterministic; every output element is written.
+// Also the small element-wise helpers of the shared expert.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nvfp4moe::cuda {
+
+struct CombineArgs {
+  const float* y_pair = nullptr;       // [T*k, H]
+  const int32_t* pos_of_pair = nullptr;  // [T*k]
+  const float* shared = nullptr;       // [T, H] or null
+  int64_t tokens = 0, hidden = 0;
+  int top_k = 0;
+  __nv_bfloat16* y = nullptr;          // [T, H]
+};
+void combine_slots(const CombineArgs& args, cudaStream_t stream);
+
+// x [n] f32 -> BF16 (RNE).
+void f32_to_bf16(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream);
+
+// Shared-expert SwiGLU: gu [T, 2*Is] f32 (gate cols then up cols) ->
+// h [T, Is] BF16 = silu(min(gate, L)) * clamp(up, -L, L).
+void swiglu_to_bf16(const float* gu, int64_t tokens, int64_t inter, bool has_limit, float limit,
+                    __nv_bfloat16* h, cudaStream_t stream);
+
+}  // namespace nvfp4moe::cuda

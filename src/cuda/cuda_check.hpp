@@ -1,0 +1,141 @@
+// CUDA / cuBLAS error checks and RAII owners of device resources.
+//
+// Every check names the failing call, the CUDA error name and its text, so a
+// failure on the device machine can be read from the log alone. Owners are
+// move-only; nothing here is global.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "nvfp4moe/error.hpp"
+
+#define NVFP4_CUDA_CHECK(call)                                                              \
+  do {                                                                                      \
+    cudaError_t _e = (call);                                                                \
+    if (_e != cudaSuccess)                                                                  \
+      NVFP4_FAIL("CUDA error ", cudaGetErrorName(_e), " (", cudaGetErrorString(_e), ") in ", \
+                 #call, " at ", __FILE__, ":", __LINE__);                                   \
+  } while (0)
+
+#define NVFP4_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                    \
+    cublasStatus_t _s = (call);                                                           \
+    if (_s != CUBLAS_STATUS_SUCCESS)                                                      \
+      NVFP4_FAIL("cuBLAS error ", cublasGetStatusName(_s), " (", cublasGetStatusString(_s), \
+                 ") in ", #call, " at ", __FILE__, ":", __LINE__);                        \
+  } while (0)
+
+// Checks the launch of the kernel just queued (bad configuration, no image).
+#define NVFP4_CUDA_CHECK_LAUNCH(what) NVFP4_CUDA_CHECK(cudaPeekAtLastError())
+
+namespace nvfp4moe::cuda {
+
+// Owns `count` elements of T in device memory (cudaMalloc; never managed).
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    if (count) NVFP4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_) cudaFree(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      count_ = std::exchange(o.count_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+  void upload(const T* host, size_t n, cudaStream_t s = nullptr) {
+    NVFP4_CHECK(n <= count_, "upload of ", n, " elements into a device buffer of ", count_);
+    if (n) NVFP4_CUDA_CHECK(cudaMemcpyAsync(ptr_, host, n * sizeof(T), cudaMemcpyHostToDevice, s));
+  }
+  void download(T* host, size_t n, cudaStream_t s = nullptr) const {
+    NVFP4_CHECK(n <= count_, "download of ", n, " elements from a device buffer of ", count_);
+    if (n) NVFP4_CUDA_CHECK(cudaMemcpyAsync(host, ptr_, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+class CudaEvent {
+ public:
+  explicit CudaEvent(unsigned flags = cudaEventDefault) { NVFP4_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
+  ~CudaEvent() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  CudaEvent(CudaEvent&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class CudaStream {
+ public:
+  CudaStream() { NVFP4_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~CudaStream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  CudaStream(CudaStream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle() { NVFP4_CUBLAS_CHECK(cublasCreate(&h_)); }
+  ~CublasHandle() {
+    if (h_) cublasDestroy(h_);
+  }
+  CublasHandle(CublasHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+// Makes `device` current for a scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    NVFP4_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) NVFP4_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(prev_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+}  // namespace nvfp4moe::cuda

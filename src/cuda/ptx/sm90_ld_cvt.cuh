@@ -1,0 +1,49 @@
+// One-instruction PTX wrappers of the register-direct decode GEMM
+// (sm90_nvfp4_mma_gemm): streaming and read-only global loads, and the FP8
+// pair conversion. (mma.sync and the BF16 multiply live in
+// sm80_mma_cp_async.cuh.)
+#pragma once
+
+#include <cstdint>
+
+namespace nvfp4moe::cuda::ptx {
+
+// 16 bytes read once: skip L1, ask L2 for the whole 256-byte sector group.
+__device__ __forceinline__ uint4 ld_global_stream_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_global_stream_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// 16 bytes of a read-only operand reused by other warps (kept in L1).
+__device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Two UE4M3 bit patterns (low byte -> low half) -> two FP16 values, exact.
+__device__ __forceinline__ uint32_t cvt_e4m3x2_to_f16x2(uint16_t pair) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(pair));
+  return d;
+}
+
+// Two FP32 values -> BF16x2 (hi in the upper half), round to nearest even.
+__device__ __forceinline__ uint32_t cvt_bf16x2_from_f32(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+}  // namespace nvfp4moe::cuda::ptx

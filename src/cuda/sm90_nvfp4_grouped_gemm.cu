@@ -1,0 +1,197 @@
+// sm90_nvfp4_grouped_gemm (see the header): the correctness-first kernel.
+//
+// CTA: 4 warps, a 128-row weight tile x 64 positions, K in steps of 64 through
+// a 3-stage cp.async pipeline. Each warp owns 32 weight rows (2 m16 tiles) x
+// 64 positions (8 n8 tiles). Weight fragments are dequantized from shared
+// memory with a 256-entry table (code byte -> two BF16 values) and one packed
+// BF16 multiply by the block scale: exact.
+#include <cuda_bf16.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/ptx/sm80_mma_cp_async.cuh"
+#include "cuda/sm90_nvfp4_grouped_gemm.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kStages = 3;
+constexpr int kBRow = kTileK + 8;  // BF16 per operand row in shared memory: +16 B kills bank conflicts
+constexpr int kBStageBytes = kGemmTileTokens * kBRow * 2;
+constexpr int kStageBytes = kTileBytes + kBStageBytes;
+static_assert(kTileBytes % 16 == 0 && kStageBytes % 16 == 0, "stages must keep 16-byte alignment for cp.async");
+static_assert(kTileN == 32 * (kThreads / 32), "each warp owns 32 weight rows");
+static_assert(kGemmTileTokens == 64, "each warp covers 8 n8 tiles of positions");
+
+template <Projection P>
+__global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(GroupedGemmPlan plan) {
+  // Shared memory: pipeline stages, dequant tables, per-position metadata.
+  __shared__ __align__(128) uint8_t stages[kStages * kStageBytes];
+  __shared__ uint32_t code_pair_bf16x2[256];  // byte -> (value(lo), value(hi)) as BF16x2
+  __shared__ uint32_t scale_bf16x2[256];      // UE4M3 byte -> (s, s) as BF16x2
+  __shared__ int32_t pos_row[kGemmTileTokens];   // operand row, -1 = padding
+  __shared__ int32_t pos_pair[kGemmTileTokens];  // (Down) pair index
+  __shared__ float pos_g[kGemmTileTokens];
+
+  if (int(blockIdx.x) >= *plan.num_tiles) return;
+  const GemmTile tile = plan.tiles[blockIdx.x];
+  const int64_t n_tile = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, grp = lane >> 2, tig = lane & 3;
+
+  // Tables and metadata.
+  for (int i = tid; i < 256; i += kThreads) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(fmt::e2m1_value(uint8_t(i & 15)), fmt::e2m1_value(uint8_t(i >> 4)));
+    code_pair_bf16x2[i] = *reinterpret_cast<uint32_t*>(&v);
+    __nv_bfloat162 s = __float2bfloat162_rn(fmt::e4m3_value(uint8_t(i)));
+    scale_bf16x2[i] = *reinterpret_cast<uint32_t*>(&s);
+  }
+  if (tid < kGemmTileTokens) {
+    const bool live = tid < tile.rows;
+    const int32_t pos = tile.begin + tid;
+    const int32_t pair = live ? plan.pair_of_pos[pos] : -1;
+    const int32_t row = !live ? -1 : (P == Projection::GateUp ? pair / plan.top_k : pos);
+    pos_row[tid] = row;
+    pos_pair[tid] = pair;
+    pos_g[tid] = live ? plan.act_g[row] : 0.0f;
+  }
+  __syncthreads();
+
+  const int64_t k_steps = plan.geometry.k_steps;
+  const uint8_t* w_src = plan.weights + (int64_t(tile.expert) * plan.geometry.n_tiles + n_tile) * k_steps * kTileBytes;
+
+  auto load_stage = [&](int stage, int64_t ks) {
+    uint8_t* st = stages + stage * kStageBytes;
+    const uint8_t* src = w_src + ks * kTileBytes;
+    for (int c = tid; c < kTileBytes / 16; c += kThreads) ptx::cp_async_16(st + c * 16, src + c * 16, 16);
+    __nv_bfloat16* b = reinterpret_cast<__nv_bfloat16*>(st + kTileBytes);
+    for (int c = tid; c < kGemmTileTokens * (kTileK / 8); c += kThreads) {
+      const int r = c >> 3, q = c & 7;
+      const int32_t row = pos_row[r];
+      const __nv_bfloat16* g = row < 0 ? plan.act : plan.act + int64_t(row) * plan.ld_act + ks * kTileK + q * 8;
+      ptx::cp_async_16(b + r * kBRow + q * 8, g, row < 0 ? 0 : 16);
+    }
+  };
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+
+  // Pipeline prologue.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_steps) load_stage(s, s);
+    ptx::cp_async_commit();
+  }
+
+  for (int64_t ks = 0; ks < k_steps; ++ks) {
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage ks landed for all; stage ks-1 free for the prefetch below
+    const int64_t pf = ks + kStages - 1;
+    if (pf < k_steps) load_stage(int(pf % kStages), pf);
+    ptx::cp_async_commit();
+
+    const uint8_t* st = stages + int(ks % kStages) * kStageBytes;
+    const uint8_t* codes = st;
+    const uint8_t* scales = st + kTileCodeBytes;
+    const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(st + kTileBytes);
+#pragma unroll
+    for (int c = 0; c < kTileK / 16; ++c) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int r0 = warp * 32 + mi * 16 + grp;
+        const uint32_t c0 = *reinterpret_cast<const uint16_t*>(codes + r0 * 32 + c * 8 + 2 * tig);
+        const uint32_t c1 = *reinterpret_cast<const uint16_t*>(codes + (r0 + 8) * 32 + c * 8 + 2 * tig);
+        const uint32_t s0 = scale_bf16x2[scales[r0 * 4 + c]];
+        const uint32_t s1 = scale_bf16x2[scales[(r0 + 8) * 4 + c]];
+        a[mi][0] = ptx::mul_bf16x2(code_pair_bf16x2[c0 & 0xff], s0);
+        a[mi][1] = ptx::mul_bf16x2(code_pair_bf16x2[c1 & 0xff], s1);
+        a[mi][2] = ptx::mul_bf16x2(code_pair_bf16x2[c0 >> 8], s0);
+        a[mi][3] = ptx::mul_bf16x2(code_pair_bf16x2[c1 >> 8], s1);
+      }
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const __nv_bfloat16* br = b + (ni * 8 + grp) * kBRow + c * 16 + 2 * tig;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(br);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(br + 8);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) ptx::mma_m16n8k16_bf16(acc[mi][ni], a[mi], b0, b1);
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();
+
+  // Epilogue: alpha = g_act * g_w in FP32, then SwiGLU (GateUp) or the routing weight (Down).
+  if constexpr (P == Projection::GateUp) {
+    const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
+    const float L = plan.limit;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const int64_t i = n_tile * (kTileN / 2) + (warp * 2 + mi) * 8 + grp;
+      if (i >= plan.n_valid) continue;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int col = ni * 8 + 2 * tig + cc;
+          if (col >= tile.rows) continue;
+          float gate = acc[mi][ni][cc] * (pos_g[col] * gw_gate);
+          float up = acc[mi][ni][2 + cc] * (pos_g[col] * gw_up);
+          if (plan.has_limit) {  // written so that NaN propagates (fminf would drop it)
+            gate = gate > L ? L : gate;
+            up = up > L ? L : (up < -L ? -L : up);
+          }
+          const float h = gate / (1.0f + expf(-gate)) * up;
+          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + i] = h;
+        }
+    }
+  } else {
+    const float gw = plan.w_global[tile.expert];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t n = n_tile * kTileN + warp * 32 + mi * 16 + half * 8 + grp;
+        if (n >= plan.n_valid) continue;
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const int col = ni * 8 + 2 * tig + cc;
+            if (col >= tile.rows) continue;
+            const int32_t pair = pos_pair[col];
+            const float o = acc[mi][ni][half * 2 + cc] * (pos_g[col] * gw);
+            plan.y_pair[int64_t(pair) * plan.n_valid + n] = o * plan.topk_weights[pair];
+          }
+      }
+  }
+}
+
+}  // namespace
+
+void sm90_nvfp4_grouped_gemm(const GroupedGemmPlan& p, cudaStream_t stream) {
+  NVFP4_CHECK(p.geometry.n_tiles > 0 && p.geometry.k_steps > 0, "grouped gemm: empty geometry n_tiles=",
+              p.geometry.n_tiles, " k_steps=", p.geometry.k_steps);
+  NVFP4_CHECK(p.ld_act >= p.geometry.k_steps * kTileK && p.ld_act % 8 == 0, "grouped gemm: operand row stride ",
+              p.ld_act, " must be a multiple of 8 and >= K padded ", p.geometry.k_steps * kTileK);
+  NVFP4_CHECK(p.geometry.n_tiles <= 65535, "grouped gemm: too many n tiles ", p.geometry.n_tiles);
+  if (p.max_tiles == 0) return;
+  const dim3 grid(unsigned(p.max_tiles), unsigned(p.geometry.n_tiles));
+  if (p.projection == Projection::GateUp) {
+    NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "grouped gemm (gate/up): h output missing or ld_h ", p.ld_h,
+                " < I=", p.n_valid);
+    sm90_nvfp4_grouped_gemm_kernel<Projection::GateUp><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    NVFP4_CHECK(p.y_pair && p.topk_weights, "grouped gemm (down): y_pair and topk_weights are required");
+    sm90_nvfp4_grouped_gemm_kernel<Projection::Down><<<grid, kThreads, 0, stream>>>(p);
+  }
+  NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_grouped_gemm_kernel");
+}
+
+}  // namespace nvfp4moe::cuda

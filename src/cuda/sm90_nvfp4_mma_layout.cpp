@@ -1,0 +1,91 @@
+// Linear NVFP4 bytes <-> the fragment layout of sm90_nvfp4_mma_gemm
+// (described in sm90_nvfp4_mma_layout.hpp). Host code, run once at upload.
+#include "cuda/sm90_nvfp4_mma_layout.hpp"
+
+#include <cstring>
+
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+// Linear weight row of row r (0..15) of m-tile mt.
+int64_t source_row(Projection p, int64_t mt, int r, int64_t inter) {
+  if (p == Projection::Down) return mt * kMmaTileRows + r;
+  const int64_t i = mt * 8 + (r % 8);
+  return r < 8 ? i : inter + i;
+}
+
+// Logical K column of half h of register i in k-step s of lane t's chunk c.
+int64_t source_col(int64_t c, int t, int s, int i, int h) {
+  return c * kMmaChunkK + 16 * t + 4 * s + 2 * (i >> 1) + h;
+}
+
+// Visits every code: fn(linear row, linear col, word index, register i, half h)
+// and every scale: gn(linear row, scale column, byte index).
+template <typename CodeFn, typename ScaleFn>
+void for_each_element(Projection p, int64_t hidden, int64_t inter, CodeFn&& fn, ScaleFn&& gn) {
+  const MmaGeometry g = mma_geometry(p, hidden, inter);
+  for (int64_t mt = 0; mt < g.m_tiles; ++mt)
+    for (int64_t c = 0; c < g.k_chunks; ++c)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int gi = lane / 4, t = lane % 4;
+        const int64_t word0 = ((mt * g.k_chunks + c) * 32 + lane) * 4;
+        for (int s = 0; s < 4; ++s)
+          for (int i = 0; i < 4; ++i)
+            for (int h = 0; h < 2; ++h)
+              fn(source_row(p, mt, gi + 8 * (i & 1), inter), source_col(c, t, s, i, h), word0 + s, i, h);
+        const int64_t sbyte = ((mt * (g.k_chunks / kMmaScaleChunks) + c / kMmaScaleChunks) * 32 + lane) * 4 +
+                              2 * (c % kMmaScaleChunks);
+        for (int r = 0; r < 2; ++r)
+          gn(source_row(p, mt, gi + 8 * r, inter), 4 * c + t, sbyte + r);
+      }
+}
+
+}  // namespace
+
+MmaGeometry mma_geometry(Projection p, int64_t hidden, int64_t inter) {
+  NVFP4_CHECK(hidden > 0 && inter > 0 && inter % 8 == 0 && hidden % 16 == 0,
+              "mma layout: H must be a positive multiple of 16 and I of 8, got H=", hidden, " I=", inter);
+  const int64_t rows = p == Projection::GateUp ? 2 * inter : hidden;
+  const int64_t k = p == Projection::GateUp ? hidden : inter;
+  NVFP4_CHECK(k % (kMmaChunkK * kMmaScaleChunks) == 0, "mma layout: K (", p == Projection::GateUp ? "H" : "I",
+              ") must be a multiple of ", kMmaChunkK * kMmaScaleChunks, ", got ", k);
+  return MmaGeometry{rows / kMmaTileRows, k / kMmaChunkK};
+}
+
+void pack_mma_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden, int64_t inter,
+                      uint8_t* out_codes, uint8_t* out_scales) {
+  const int64_t k = p == Projection::GateUp ? hidden : inter;
+  const MmaGeometry g = mma_geometry(p, hidden, inter);
+  std::memset(out_codes, 0, size_t(g.code_bytes_per_expert()));
+  uint32_t* words = reinterpret_cast<uint32_t*>(out_codes);  // little-endian host, as the device
+  for_each_element(
+      p, hidden, inter,
+      [&](int64_t row, int64_t col, int64_t word, int i, int h) {
+        const uint8_t byte = codes[row * (k / 2) + col / 2];
+        const uint32_t c = (col & 1) ? (byte >> 4) : (byte & 15u);
+        words[word] |= (c & 7u) << (kFragMagBit[i] + 16 * h);
+        words[word] |= ((c >> 3) & 1u) << (kFragSignBit[i] + 16 * h);
+      },
+      [&](int64_t row, int64_t scol, int64_t byte) { out_scales[byte] = scales[row * (k / 16) + scol]; });
+}
+
+void unpack_mma_weights(Projection p, const uint8_t* packed_codes, const uint8_t* packed_scales, int64_t hidden,
+                        int64_t inter, uint8_t* codes, uint8_t* scales) {
+  const int64_t k = p == Projection::GateUp ? hidden : inter;
+  const int64_t rows = p == Projection::GateUp ? 2 * inter : hidden;
+  std::memset(codes, 0, size_t(rows * k / 2));
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(packed_codes);
+  for_each_element(
+      p, hidden, inter,
+      [&](int64_t row, int64_t col, int64_t word, int i, int h) {
+        const uint32_t w = words[word];
+        const uint32_t c = ((w >> (kFragMagBit[i] + 16 * h)) & 7u) | (((w >> (kFragSignBit[i] + 16 * h)) & 1u) << 3);
+        codes[row * (k / 2) + col / 2] |= uint8_t((col & 1) ? c << 4 : c);
+      },
+      [&](int64_t row, int64_t scol, int64_t byte) { scales[row * (k / 16) + scol] = packed_scales[byte]; });
+}
+
+}  // namespace nvfp4moe::cuda
