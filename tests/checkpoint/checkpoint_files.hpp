@@ -1,0 +1,89 @@
+// Test helpers for checkpoint files: scratch directories, raw bytes in and
+// out, and hand-assembled safetensors files (for the malformed ones the
+// library's writer would never produce).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace nvfp4moe::test {
+
+// A fresh directory under the test temp dir, removed at scope exit.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "nvfp4moe_ckpt_XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+    if (path_.empty()) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+inline void write_text(const std::string& path, const std::string& s) {
+  std::ofstream f(path, std::ios::binary);
+  f << s;
+}
+
+// 8-byte little-endian length, the header text as given, then the data.
+inline std::vector<uint8_t> safetensors_bytes(const std::string& header, const std::vector<uint8_t>& data,
+                                              uint64_t declared_len = UINT64_MAX) {
+  const uint64_t len = declared_len == UINT64_MAX ? header.size() : declared_len;
+  std::vector<uint8_t> out(8);
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(len >> (8 * i));
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+template <typename T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Expects `stmt` to throw nvfp4moe::Error whose message contains every given piece.
+#define EXPECT_ERROR_CONTAINS(stmt, ...)                                                    \
+  do {                                                                                     \
+    bool _thrown = false;                                                                  \
+    try {                                                                                  \
+      stmt;                                                                                \
+    } catch (const ::nvfp4moe::Error& _e) {                                                \
+      _thrown = true;                                                                      \
+      for (const std::string& _want : std::initializer_list<std::string>{__VA_ARGS__})   \
+        EXPECT_NE(std::string(_e.what()).find(_want), std::string::npos)                    \
+            << "message \"" << _e.what() << "\" lacks \"" << _want << "\"";                \
+    }                                                                                      \
+    EXPECT_TRUE(_thrown) << #stmt << " did not throw nvfp4moe::Error";                     \
+  } while (0)
+
+}  // namespace nvfp4moe::test

@@ -1,0 +1,190 @@
+// safetensors: the writer's byte layout, a round trip of every dtype, and
+// every malformed file of spec section 6 giving an error that names the file,
+// the tensor and the values.
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+
+#include "checkpoint/checkpoint_files.hpp"
+#include "common/test_util.hpp"
+#include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe {
+namespace {
+
+using test::as_bytes;
+using test::read_bytes;
+using test::safetensors_bytes;
+using test::ScratchDir;
+using test::write_bytes;
+
+TEST(Safetensors, WriterLayoutGolden) {
+  ScratchDir dir;
+  SafetensorsWriter w;
+  const std::vector<uint8_t> u8 = {1, 2, 3};
+  const std::vector<float> f = {1.5f};
+  w.add("b", DType::U8, {3}, u8.data());
+  w.add("a", DType::F32, {}, f.data());  // larger element size: laid out first
+  w.write(dir / "x.safetensors");
+  const std::string header = R"({"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[3],"data_offsets":[4,7]}})";
+  std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  std::vector<uint8_t> want = safetensors_bytes(padded, {0, 0, 0xC0, 0x3F, 1, 2, 3});
+  EXPECT_EQ(read_bytes(dir / "x.safetensors"), want);
+  EXPECT_EQ(padded.size() % 8, 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors.tmp." + std::to_string(::getpid())));
+}
+
+TEST(Safetensors, RoundTripOfEveryDtype) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  const DType all[] = {DType::F64, DType::F32,  DType::F16,    DType::BF16,  DType::I64,
+                       DType::I32, DType::I16,  DType::I8,     DType::U64,   DType::U32,
+                       DType::U16, DType::U8,   DType::Bool,   DType::F8E4M3, DType::F8E5M2};
+  ScratchDir dir;
+  SafetensorsWriter w;
+  std::vector<std::vector<uint8_t>> payload;
+  for (DType t : all) {
+    const int64_t rows = 1 + rng.below(5), cols = 1 + rng.below(7);
+    std::vector<uint8_t> b(size_t(rows * cols) * dtype_size(t));
+    for (auto& x : b) x = uint8_t(rng.next());
+    if (t == DType::Bool)
+      for (auto& x : b) x &= 1;
+    payload.push_back(b);
+    w.add_owned(std::string("t_") + dtype_name(t), t, {rows, cols}, b);
+    EXPECT_EQ(parse_safetensors_dtype(dtype_name(t)), t);
+  }
+  w.add("empty", DType::F32, {0, 4}, nullptr);
+  w.set_metadata("format", "pt");
+  w.write(dir / "all.safetensors");
+
+  SafetensorsFile f(dir / "all.safetensors");
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.tensors().size(), std::size(all) + 1);
+  for (size_t i = 0; i < std::size(all); ++i) {
+    const TensorInfo& t = f.get(std::string("t_") + dtype_name(all[i]));
+    EXPECT_EQ(t.dtype, all[i]);
+    ASSERT_EQ(t.nbytes, payload[i].size()) << dtype_name(all[i]);
+    EXPECT_BYTES_EQ(t.data, payload[i].data(), int64_t(t.nbytes), dtype_name(all[i]));
+    EXPECT_EQ(uintptr_t(t.data) % dtype_size(all[i]), 0u) << dtype_name(all[i]) << " not aligned";
+  }
+  EXPECT_EQ(f.get("empty").numel(), 0);
+  EXPECT_EQ(f.find("nope"), nullptr);
+  EXPECT_ERROR_CONTAINS(f.get("nope"), "all.safetensors", "missing tensor \"nope\"");
+}
+
+TEST(Safetensors, ToF32ConvertsFloatDtypes) {
+  ScratchDir dir;
+  SafetensorsWriter w;
+  const std::vector<double> d = {1.25, -3.0};
+  const std::vector<uint16_t> h = {0x3C00, 0xC500, 0x0001};  // 1, -5, smallest subnormal 2^-24
+  const std::vector<uint16_t> bf = {0x3F80, 0xC0A0};           // 1, -5
+  w.add("d", DType::F64, {2}, d.data());
+  w.add("h", DType::F16, {3}, h.data());
+  w.add("bf", DType::BF16, {2}, bf.data());
+  w.add("i", DType::I32, {1}, d.data());
+  w.write(dir / "f.safetensors");
+  SafetensorsFile f(dir / "f.safetensors");
+  EXPECT_EQ(f.get("d").to_f32(), (std::vector<float>{1.25f, -3.0f}));
+  EXPECT_EQ(f.get("h").to_f32(), (std::vector<float>{1.0f, -5.0f, std::ldexp(1.0f, -24)}));
+  EXPECT_EQ(f.get("bf").to_f32(), (std::vector<float>{1.0f, -5.0f}));
+  EXPECT_ERROR_CONTAINS(f.get("i").to_f32(), "tensor i", "I32");
+}
+
+TEST(Safetensors, WriterRefusesDuplicatesAndShortBuffers) {
+  SafetensorsWriter w;
+  const float x = 1;
+  w.add("a", DType::F32, {1}, &x);
+  EXPECT_ERROR_CONTAINS(w.add("a", DType::F32, {1}, &x), "duplicate tensor \"a\"");
+  EXPECT_ERROR_CONTAINS(w.add_owned("b", DType::F32, {2}, {1, 2, 3}), "\"b\"", "needs 8 bytes, got 3");
+}
+
+TEST(Safetensors, FailedWriteLeavesTheOldFileIntact) {
+  ScratchDir dir;
+  const std::string path = dir / "keep.safetensors";
+  write_bytes(path, {1, 2, 3});
+  // A path whose temporary cannot be created: the directory does not exist.
+  SafetensorsWriter w;
+  const float x = 1;
+  w.add("a", DType::F32, {1}, &x);
+  EXPECT_ERROR_CONTAINS(w.write(dir / "no/such/dir/x.safetensors"), "cannot create");
+  EXPECT_EQ(read_bytes(path), (std::vector<uint8_t>{1, 2, 3}));
+}
+
+// ---- malformed files ---------------------------------------------------------
+
+struct BadFile {
+  const char* label;
+  std::vector<uint8_t> bytes;
+  std::vector<const char*> message;  // substrings the error must contain
+};
+
+std::vector<BadFile> bad_files() {
+  const std::vector<uint8_t> d16(16, 0);
+  auto st = [](const std::string& h, const std::vector<uint8_t>& d) { return safetensors_bytes(h, d); };
+  return {
+      {"empty file", {}, {"truncated", "0 bytes"}},
+      {"truncated length", {4, 0, 0}, {"truncated", "3 bytes"}},
+      {"header length beyond file", safetensors_bytes("{}", {}, 1000), {"header length 1000", "beyond the file"}},
+      {"non-JSON header", st("not json", {}), {"invalid JSON at byte 0"}},
+      {"header not an object", st("[1]", {}), {"must be a JSON object", "array"}},
+      {"unknown dtype", st(R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", {0}),
+       {"tensor \"w\"", "unknown or unsupported safetensors dtype 'F4'"}},
+      {"shape/dtype/bytes mismatch", st(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", d16),
+       {"tensor \"w\"", "need 24 bytes", "[0, 16) hold 16"}},
+      {"offsets outside data", st(R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", d16),
+       {"tensor \"w\"", "[0, 32)", "outside the data section of 16 bytes"}},
+      {"overlapping offsets",
+       st(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", d16),
+       {"\"b\" [8, 16) overlaps tensor \"a\" [0, 12)"}},
+      {"gap in data",
+       st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})", d16),
+       {"bytes [8, 12)", "belong to no tensor"}},
+      {"data not covered", st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d16),
+       {"16 bytes but the tensors cover only 8"}},
+      {"duplicate names",
+       st(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"a":{"dtype":"U8","shape":[8],"data_offsets":[8,16]}})", d16),
+       {"duplicate key \"a\""}},
+      {"negative dimension", st(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", {}), {"negative dimension -1"}},
+      {"shape overflow",
+       st(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", {}), {"overflows"}},
+      {"reversed offsets", st(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", d16), {"bad data_offsets [8, 0)"}},
+      {"missing field", st(R"({"a":{"dtype":"U8","shape":[16]}})", d16), {"tensor \"a\"", "needs dtype, shape and data_offsets"}},
+      {"metadata not strings", st(R"({"__metadata__":{"k":1}})", {}), {"__metadata__ value of \"k\""}},
+  };
+}
+
+TEST(Safetensors, EveryMalformedFileIsAClearError) {
+  ScratchDir dir;
+  for (const auto& bad : bad_files()) {
+    SCOPED_TRACE(bad.label);
+    const std::string path = dir / "bad.safetensors";
+    write_bytes(path, bad.bytes);
+    bool thrown = false;
+    try {
+      SafetensorsFile f(path);
+    } catch (const Error& e) {
+      thrown = true;
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << "message does not name the file: " << msg;
+      for (const char* want : bad.message)
+        EXPECT_NE(msg.find(want), std::string::npos) << "message \"" << msg << "\" lacks \"" << want << "\"";
+    }
+    EXPECT_TRUE(thrown);
+  }
+}
+
+TEST(Safetensors, HeaderParserAloneMatchesTheFileReader) {
+  const std::string h = R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}})";
+  SafetensorsHeader parsed = parse_safetensors_header(h.data(), h.size(), 8, "mem");
+  ASSERT_EQ(parsed.entries.size(), 1u);
+  EXPECT_EQ(parsed.entries[0].dtype, DType::BF16);
+  EXPECT_EQ(parsed.entries[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(parsed.metadata.at("format"), "pt");
+  EXPECT_ERROR_CONTAINS(parse_safetensors_header(h.data(), h.size(), 4, "mem"), "mem header", "outside");
+}
+
+}  // namespace
+}  // namespace nvfp4moe
