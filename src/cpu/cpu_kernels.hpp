@@ -1,7 +1,8 @@
 // Inner loops of the CPU MoE: NVFP4 weight-tile dequantization, FP32 dot
-// products, SwiGLU. Written over fixed 16-wide lanes so the compiler turns
-// them into SIMD without -ffast-math (each lane is its own accumulator; no
-// reassociation needed).
+// products, SwiGLU. The scalar `*_ref` versions here are the definition; the
+// versions without the suffix (cpu_kernels.cpp) pick AVX-512 / AVX2 code at
+// run time and are tested against them (dequantization bit for bit; dots to
+// FP32 rounding, since the SIMD versions use FMA and another summation order).
 #pragma once
 
 #include <cmath>
@@ -12,15 +13,20 @@
 
 namespace nvfp4moe::cpu {
 
-// value(code) of both nibbles of every byte: pair[b] = {low, high}. Built from
-// the one E2M1 codec (src/format/nvfp4_codec.hpp), not a second table.
+// value(code) of both nibbles of every byte: pair[b] = {low, high}, and the
+// value of every UE4M3 scale byte. Built from the one codec
+// (src/format/nvfp4_codec.hpp), not a second one.
 struct E2m1PairTable {
   float pair[256][2];
+  float e2m1[16];
+  float e4m3[256];
   E2m1PairTable() {
     for (int b = 0; b < 256; ++b) {
       pair[b][0] = fmt::e2m1_value(uint8_t(b & 15));
       pair[b][1] = fmt::e2m1_value(uint8_t(b >> 4));
+      e4m3[b] = fmt::e4m3_value(uint8_t(b));
     }
+    for (int c = 0; c < 16; ++c) e2m1[c] = fmt::e2m1_value(uint8_t(c));
   }
 };
 
@@ -28,12 +34,12 @@ struct E2m1PairTable {
 // [*, K/16]) -> out [n, K] as value(q) * f32(s), WITHOUT the global scale: the
 // product of a 4-bit and an 8-bit float is exact in FP32, so this is the exact
 // dequantization up to the factor g that the GEMM applies on the sum.
-inline void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales,
+inline void dequant_rows_noglobal_ref(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales,
                                   int64_t n, int64_t K, float* out) {
   const int64_t kb = K / fmt::kBlock;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < kb; ++b) {
-      const float s = fmt::e4m3_value(scales[r * kb + b]);
+      const float s = lut.e4m3[scales[r * kb + b]];
       const uint8_t* c = codes + r * (K / 2) + b * 8;
       float* o = out + r * K + b * 16;
       for (int i = 0; i < 8; ++i) {
@@ -44,14 +50,14 @@ inline void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes
   }
 }
 
-// BF16 rows -> FP32 (exact widening).
-inline void widen_bf16_rows(const Bf16* w, int64_t n, int64_t K, float* out) {
-  for (int64_t i = 0; i < n * K; ++i) out[i] = bf16_to_float(w[i]);
+// BF16 -> FP32 (exact widening).
+inline void widen_bf16_ref(const Bf16* w, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(w[i]);
 }
 
 // dot of a with 4 rows w[0..3] (row stride K), K a multiple of 16, FP32
 // accumulation in 16 independent lanes per row, summed pairwise at the end.
-inline void dot_4rows(const float* a, const float* w, int64_t K, float out[4]) {
+inline void dot_4rows_ref(const float* a, const float* w, int64_t K, float out[4]) {
   float acc[4][16] = {};
   for (int64_t k = 0; k < K; k += 16) {
     for (int r = 0; r < 4; ++r) {
@@ -66,7 +72,7 @@ inline void dot_4rows(const float* a, const float* w, int64_t K, float out[4]) {
   }
 }
 
-inline float dot_row(const float* a, const float* w, int64_t K) {
+inline float dot_row_ref(const float* a, const float* w, int64_t K) {
   float acc[16] = {};
   for (int64_t k = 0; k < K; k += 16)
     for (int l = 0; l < 16; ++l) acc[l] += a[k + l] * w[k + l];
@@ -76,11 +82,19 @@ inline float dot_row(const float* a, const float* w, int64_t K) {
 }
 
 // out[n] = dot(a, w row n) for n in [0, rows), rows of stride K.
-inline void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out) {
+inline void dot_rows_ref(const float* a, const float* w, int64_t rows, int64_t K, float* out) {
   int64_t n = 0;
-  for (; n + 4 <= rows; n += 4) dot_4rows(a, w + n * K, K, out + n);
-  for (; n < rows; ++n) out[n] = dot_row(a, w + n * K, K);
+  for (; n + 4 <= rows; n += 4) dot_4rows_ref(a, w + n * K, K, out + n);
+  for (; n < rows; ++n) out[n] = dot_row_ref(a, w + n * K, K);
 }
+
+// The run-time-dispatched versions (cpu_kernels.cpp): same contracts.
+void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                           int64_t K, float* out);
+void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out);
+void widen_bf16(const Bf16* w, int64_t n, float* out);
+// Which SIMD path the dispatched kernels take on this machine ("avx512", "avx2", "scalar").
+const char* cpu_kernel_isa();
 
 // h = silu(min(gate, L)) * clamp(up, -L, L), silu(z) = z / (1 + exp(-z)).
 // No limit (has_limit false): silu(gate) * up. NaN propagates.

@@ -22,7 +22,7 @@ void bf16_gemm(const float* in, int64_t tokens, const Bf16* W, int64_t N, int64_
   run_items(tiles, threads, [&](int64_t tile, int) {
     const int64_t n0 = tile * kTileRows, n = std::min(kTileRows, N - n0);
     std::vector<float> wt(static_cast<size_t>(n * K)), dots(static_cast<size_t>(n));
-    widen_bf16_rows(W + n0 * K, n, K, wt.data());
+    widen_bf16(W + n0 * K, n * K, wt.data());
     for (int64_t t = 0; t < tokens; ++t) {
       dot_rows(in + t * K, wt.data(), n, K, dots.data());
       std::copy(dots.begin(), dots.end(), out + t * ldo + n0);

@@ -1,0 +1,153 @@
+// SIMD versions of the CPU MoE inner loops, chosen once per call by the CPU's
+// features (the library is built for baseline x86-64; these functions carry
+// their own target attributes). Contracts and scalar definitions:
+// cpu_kernels.hpp.
+//
+// NOTES: dequantization of one 16-element block with AVX-512 is five
+// instructions: split the 8 code bytes into 16 nibbles (and/shift/unpack),
+// widen to 16 int32 lanes, look the 16 E2M1 values up with one vpermps from a
+// register table, multiply by the block's UE4M3 value. value(q) * f32(s) is
+// exact, so this is bit-identical to the scalar reference.
+#include <cstring>
+
+#include "cpu/cpu_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define NVFP4_CPU_X86 1
+#endif
+
+namespace nvfp4moe::cpu {
+
+namespace {
+
+#ifdef NVFP4_CPU_X86
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return yes;
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+__attribute__((target("avx512f,avx512bw"))) void dequant_avx512(const E2m1PairTable& lut, const uint8_t* codes,
+                                                                 const uint8_t* scales, int64_t n, int64_t K,
+                                                                 float* out) {
+  const __m512 table = _mm512_loadu_ps(lut.e2m1);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const int64_t kb = K / 16;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < kb; ++b) {
+      uint64_t c8;
+      std::memcpy(&c8, codes + r * (K / 2) + b * 8, 8);
+      const __m128i bytes = _mm_cvtsi64_si128(int64_t(c8));
+      const __m128i lo = _mm_and_si128(bytes, low4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));  // element 2i low nibble
+      const __m512 v = _mm512_permutexvar_ps(idx, table);
+      _mm512_storeu_ps(out + r * K + b * 16, _mm512_mul_ps(v, _mm512_set1_ps(lut.e4m3[scales[r * kb + b]])));
+    }
+}
+
+__attribute__((target("avx512f"))) void dot_rows_avx512(const float* a, const float* w, int64_t rows, int64_t K,
+                                                        float* out) {
+  int64_t n = 0;
+  for (; n + 4 <= rows; n += 4) {
+    const float* w0 = w + n * K;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t k = 0; k < K; k += 16) {
+      const __m512 av = _mm512_loadu_ps(a + k);
+      acc0 = _mm512_fmadd_ps(av, _mm512_loadu_ps(w0 + k), acc0);
+      acc1 = _mm512_fmadd_ps(av, _mm512_loadu_ps(w0 + K + k), acc1);
+      acc2 = _mm512_fmadd_ps(av, _mm512_loadu_ps(w0 + 2 * K + k), acc2);
+      acc3 = _mm512_fmadd_ps(av, _mm512_loadu_ps(w0 + 3 * K + k), acc3);
+    }
+    out[n] = _mm512_reduce_add_ps(acc0);
+    out[n + 1] = _mm512_reduce_add_ps(acc1);
+    out[n + 2] = _mm512_reduce_add_ps(acc2);
+    out[n + 3] = _mm512_reduce_add_ps(acc3);
+  }
+  for (; n < rows; ++n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(w + n * K + k), acc);
+    out[n] = _mm512_reduce_add_ps(acc);
+  }
+}
+
+__attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* a, const float* w, int64_t rows, int64_t K,
+                                                       float* out) {
+  int64_t n = 0;
+  for (; n + 4 <= rows; n += 4) {
+    const float* w0 = w + n * K;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t k = 0; k < K; k += 8) {
+      const __m256 av = _mm256_loadu_ps(a + k);
+      acc0 = _mm256_fmadd_ps(av, _mm256_loadu_ps(w0 + k), acc0);
+      acc1 = _mm256_fmadd_ps(av, _mm256_loadu_ps(w0 + K + k), acc1);
+      acc2 = _mm256_fmadd_ps(av, _mm256_loadu_ps(w0 + 2 * K + k), acc2);
+      acc3 = _mm256_fmadd_ps(av, _mm256_loadu_ps(w0 + 3 * K + k), acc3);
+    }
+    out[n] = hsum256(acc0);
+    out[n + 1] = hsum256(acc1);
+    out[n + 2] = hsum256(acc2);
+    out[n + 3] = hsum256(acc3);
+  }
+  for (; n < rows; ++n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(w + n * K + k), acc);
+    out[n] = hsum256(acc);
+  }
+}
+
+__attribute__((target("avx512f"))) void widen_avx512(const Bf16* w, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < n; ++i) out[i] = bf16_to_float(w[i]);
+}
+#endif
+
+}  // namespace
+
+void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                           int64_t K, float* out) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) return dequant_avx512(lut, codes, scales, n, K, out);
+#endif
+  dequant_rows_noglobal_ref(lut, codes, scales, n, K, out);
+}
+
+void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) return dot_rows_avx512(a, w, rows, K, out);
+  if (has_avx2()) return dot_rows_avx2(a, w, rows, K, out);
+#endif
+  dot_rows_ref(a, w, rows, K, out);
+}
+
+void widen_bf16(const Bf16* w, int64_t n, float* out) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) return widen_avx512(w, n, out);
+#endif
+  widen_bf16_ref(w, n, out);
+}
+
+const char* cpu_kernel_isa() {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) return "avx512";
+  if (has_avx2()) return "avx2";
+#endif
+  return "scalar";
+}
+
+}  // namespace nvfp4moe::cpu

@@ -1,0 +1,102 @@
+// The dispatched SIMD kernels against their scalar references: NVFP4 tile
+// dequantization bit for bit (value(q) * f32(s) is exact), dots to FP32
+// rounding, BF16 widening bit for bit; plus the router math's contracts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "cpu/cpu_moe.hpp"
+#include "cpu/router_math.hpp"
+#include "nvfp4moe/format.hpp"
+
+namespace nvfp4moe::test {
+namespace {
+
+TEST(CpuKernels, DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  Rng rng(seed);
+  const int64_t n = 7, K = 4096;
+  std::vector<uint8_t> codes(static_cast<size_t>(n * K / 2)), scales(static_cast<size_t>(n * K / 16));
+  for (auto& c : codes) c = uint8_t(rng.next());
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i < 256 ? i : rng.next());  // all 256 bytes, NaN too
+  const cpu::E2m1PairTable lut;
+  std::vector<float> a(static_cast<size_t>(n * K), 1.0f), b(static_cast<size_t>(n * K), 2.0f);
+  cpu::dequant_rows_noglobal(lut, codes.data(), scales.data(), n, K, a.data());
+  cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), n, K, b.data());
+  EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
+                  int64_t(a.size() * 4), "dequant vs ref");
+  // And the reference is the spec: value(q) * e4m3(s), element 2i in the low nibble.
+  for (int64_t i : {int64_t(0), int64_t(1), int64_t(4095), int64_t(5000), n * K - 1}) {
+    const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
+    const float want = e2m1_decode(q) * e4m3_decode(scales[size_t(i / 16)]);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(b[size_t(i)])) << "element " << i;
+    else EXPECT_EQ(b[size_t(i)], want) << "element " << i;
+  }
+}
+
+TEST(CpuKernels, DotsMatchReferenceAndWideningIsExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  Rng rng(seed);
+  for (int64_t rows : {1, 3, 4, 9, 16}) {
+    const int64_t K = 16 * (1 + rng.below(300));
+    const std::vector<float> a = random_normal(rng, K), w = random_normal(rng, rows * K);
+    std::vector<float> got(static_cast<size_t>(rows), NAN), want(static_cast<size_t>(rows));
+    cpu::dot_rows(a.data(), w.data(), rows, K, got.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        exact += double(a[size_t(k)]) * double(w[size_t(r * K + k)]);
+        mag += std::fabs(double(a[size_t(k)]) * double(w[size_t(r * K + k)]));
+      }
+      EXPECT_NEAR(got[size_t(r)], exact, 1e-6 * mag) << "rows=" << rows << " K=" << K << " row " << r;
+    }
+    cpu::dot_rows_ref(a.data(), w.data(), rows, K, want.data());
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[size_t(r)], want[size_t(r)], 1e-5 * (1 + std::fabs(want[size_t(r)])));
+  }
+  std::vector<Bf16> h(1000);
+  for (auto& v : h) v = Bf16{uint16_t(rng.next())};
+  std::vector<float> f1(h.size()), f2(h.size());
+  cpu::widen_bf16(h.data(), int64_t(h.size()), f1.data());
+  cpu::widen_bf16_ref(h.data(), int64_t(h.size()), f2.data());
+  EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(f1.data()), reinterpret_cast<const uint8_t*>(f2.data()),
+                  int64_t(f1.size() * 4), "widen_bf16");
+}
+
+TEST(RouterMath, ScoresTopkAndWeightsFollowTheSpec) {
+  // softplus switches to identity above 20; sqrt in double rounded once.
+  EXPECT_EQ(router::sqrt_softplus_score(25.0f), float(std::sqrt(25.0)));
+  EXPECT_EQ(router::sqrt_softplus_score(0.0f), float(std::sqrt(std::log(2.0))));
+  EXPECT_EQ(router::sqrt_softplus_score(-30.0f), float(std::sqrt(std::log1p(std::exp(-30.0)))));
+  EXPECT_TRUE(std::isnan(router::sqrt_softplus_score(NAN)));
+  // Ties go to the lower id; NaN keys rank last.
+  float keys[3];
+  int ids[3], filled = 0;
+  const float in_keys[] = {1.0f, 2.0f, NAN, 2.0f, 0.5f, 2.0f};
+  for (int e = 5; e >= 0; --e)  // insertion order must not matter
+    router::topk_insert(router::selection_key(in_keys[e], 0.0f), e, 3, keys, ids, filled);
+  EXPECT_EQ(filled, 3);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_EQ(ids[2], 5);
+  // w_j = rho * s_j / sum s.
+  const float s[] = {1.0f, 3.0f};
+  float w[2];
+  router::topk_weights(s, 2, 1.5f, true, w);
+  EXPECT_EQ(w[0], 0.375f);
+  EXPECT_EQ(w[1], 1.125f);
+  router::topk_weights(s, 2, 1.5f, false, w);
+  EXPECT_EQ(w[1], 4.5f);
+  // Logit: exact float products summed in double, rounded once — any order.
+  std::vector<float> x = {1e8f, 1.0f, -1e8f, 3.0f}, g = {1.0f, 1.0f, 1.0f, 1.0f};
+  x.resize(16, 0.0f);
+  g.resize(16, 0.0f);
+  EXPECT_EQ(cpu::router_logit(x.data(), g.data(), 16), 4.0f);
+}
+
+}  // namespace
+}  // namespace nvfp4moe::test
