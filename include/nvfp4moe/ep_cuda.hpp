@@ -1,0 +1,103 @@
+// nvfp4moe — expert parallelism on GPUs (spec section 6).
+//
+// Tokens are quantized to NVFP4 ONCE on their own rank, travel to the rank
+// that owns their expert, are computed there with LOCAL weight indices, and
+// the weighted results come back; each token's output (sum of every slot +
+// shared expert) is formed on its own rank.
+//
+// Two transports, one indexing code (src/ep/ep_index.hpp):
+//   * NcclEpMoe: one process per GPU, NCCL 2.28 device API — a symmetric
+//     window (ncclMemAlloc + ncclCommWindowRegister NCCL_WIN_COLL_SYMMETRIC),
+//     LSA pointers into peers' segments, LSA barriers between phases. No host
+//     synchronisation in a forward; CUDA-graph capturable.
+//   * EpCudaEmulation: R logical ranks on ONE GPU with plain device buffers
+//     laid out exactly like the symmetric window (NCCL refuses two ranks on
+//     one GPU), phases run rank after rank on one stream.
+//
+// Routing: topk ids are GLOBAL (or -1). An id outside [-1, E) is skipped and
+// recorded in the token rank's error word; a pair that does not fit in its
+// owner's receive capacity is dropped, contributes nothing and is recorded
+// (kErrCapacity) on the owner and on the token's rank. sync_errors() reads
+// the words of the ranks it can see and throws naming rank and error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nvfp4moe/moe.hpp"
+
+struct ncclComm;  // nccl.h: typedef struct ncclComm* ncclComm_t
+
+namespace nvfp4moe {
+
+struct EpCudaOptions {
+  int64_t max_tokens_per_rank = 256;  // tokens a rank may hold per forward (host-checked)
+  int64_t recv_capacity = 0;          // pairs a rank may receive; 0 = max_tokens_per_rank * R * k (never overflows)
+  float l1_static_scale = 0.0f;       // static L1 input g when config.l1_input is Static; 0 = max over the given experts
+  bool checked = false;               // synchronise after each forward and report the error word at once
+  bool reference_compute = false;     // local experts by the scalar reference instead of the grouped GEMM (tests)
+};
+
+// Tokens of rank r in a batch of `tokens` split over `ranks` in contiguous chunks.
+int64_t ep_token_begin(int64_t tokens, int ranks, int rank);
+
+// One GPU, R logical ranks. `weights` is the full layer; rank r keeps only its
+// slice (ExpertWeights::slice) with LOCAL indexing.
+class EpCudaEmulation {
+ public:
+  EpCudaEmulation(const MoeWeights& weights, int ranks, const EpCudaOptions& options = {});
+  ~EpCudaEmulation();
+  EpCudaEmulation(EpCudaEmulation&&) noexcept;
+  EpCudaEmulation& operator=(EpCudaEmulation&&) noexcept;
+
+  int ranks() const;
+  uint64_t segment_bytes() const;  // bytes of one rank's (would-be symmetric) segment
+
+  // The whole batch on the device: x [T, H] bf16/f32, caller routing
+  // (topk_ids [T, k] int32/int64 GLOBAL, topk_weights [T, k] f32), y [T, H]
+  // bf16. Token chunk r (ep_token_begin) is rank r's. T <= R * max_tokens_per_rank.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
+  // Host convenience: x f32 [T, H]; returns y as f32 values of the BF16 output.
+  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
+                                  const std::vector<float>& topk_weights);
+  // Error words of all ranks (synchronises); throws naming rank and error; clears them.
+  void sync_errors();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when this build has the NCCL path (NVFP4MOE_HAS_NCCL).
+bool nccl_ep_available();
+
+// One rank of an NCCL communicator (one process per GPU, the current CUDA
+// device). `weights`: the full layer, or this rank's slice (first_expert =
+// rank * E/R, count = E/R). Construction is collective (window registration,
+// device communicator): every rank constructs with the same options.
+class NcclEpMoe {
+ public:
+  NcclEpMoe(ncclComm* comm, const MoeWeights& weights, const EpCudaOptions& options = {});
+  ~NcclEpMoe();
+  NcclEpMoe(NcclEpMoe&&) noexcept;
+  NcclEpMoe& operator=(NcclEpMoe&&) noexcept;
+
+  int rank() const;
+  int ranks() const;
+  uint64_t symm_bytes() const;  // bytes of the symmetric buffer of this rank
+
+  // This rank's tokens: x [T, H], caller routing, y [T, H] bf16;
+  // T <= max_tokens_per_rank. Collective: every rank calls it (T may differ,
+  // may be 0). Queued on `stream`, no host synchronisation unless checked.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
+  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
+                                  const std::vector<float>& topk_weights);
+  void sync_errors();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvfp4moe

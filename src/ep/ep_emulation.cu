@@ -1,0 +1,140 @@
+// EpCudaEmulation: R logical expert-parallel ranks on one GPU. Their segments
+// are R slices of one plain device allocation with the symmetric window's
+// layout; the phases run for every rank in turn on one stream, so stream
+// order plays the part of the LSA barriers. Same kernels, same indexing as
+// the NCCL path (ep_rank.cuh, ep_kernels.cuh, ep_index.hpp).
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <vector>
+
+#include "ep/ep_rank.cuh"
+
+namespace nvfp4moe {
+
+int64_t ep_token_begin(int64_t tokens, int ranks, int rank) { return ep::token_chunk_begin(tokens, ranks, rank); }
+
+struct EpCudaEmulation::Impl {
+  MoeConfig config;
+  EpCudaOptions options;
+  int ranks = 0;
+  ep::SegmentLayout layout;
+  cuda::DeviceBuffer<char> segments;  // [ranks, layout.bytes]
+  std::vector<std::unique_ptr<ep::EpRank>> rank;
+
+  ep::EmulatedPeers peers() const { return ep::EmulatedPeers{segments.get(), layout.bytes}; }
+  char* own(int r) const { return segments.get() + uint64_t(r) * layout.bytes; }
+};
+
+EpCudaEmulation::EpCudaEmulation(const MoeWeights& w, int ranks, const EpCudaOptions& o)
+    : impl_(std::make_unique<Impl>()) {
+  w.config.validate();
+  w.experts.validate();
+  NVFP4_CHECK(w.experts.first_expert == 0 && w.experts.count == w.config.experts,
+              "EpCudaEmulation: needs the full layer (experts [0, E=", w.config.experts, ")), got [",
+              w.experts.first_expert, ", ", w.experts.first_expert + w.experts.count, ")");
+  Impl& m = *impl_;
+  m.config = w.config;
+  m.options = o;
+  m.ranks = ranks;
+  m.layout = ep::ep_layout(w.config, ranks, o);
+  const float l1_g = ep::ep_l1_static_scale(w, o);
+  m.segments = cuda::DeviceBuffer<char>(size_t(m.layout.bytes) * ranks);
+  NVFP4_CUDA_CHECK(cudaMemset(m.segments.get(), 0, m.segments.bytes()));
+  for (int r = 0; r < ranks; ++r) {
+    MoeWeights slice;
+    slice.config = w.config;
+    slice.experts = w.experts.slice(int64_t(r) * m.layout.local_experts, m.layout.local_experts);
+    slice.shared = w.shared;  // every rank runs the shared expert on its own tokens
+    m.rank.push_back(std::make_unique<ep::EpRank>(slice, m.layout, r, l1_g));
+  }
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+EpCudaEmulation::~EpCudaEmulation() = default;
+EpCudaEmulation::EpCudaEmulation(EpCudaEmulation&&) noexcept = default;
+EpCudaEmulation& EpCudaEmulation::operator=(EpCudaEmulation&&) noexcept = default;
+
+int EpCudaEmulation::ranks() const { return impl_->ranks; }
+uint64_t EpCudaEmulation::segment_bytes() const { return impl_->layout.bytes; }
+
+void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+                              void* stream) {
+  Impl& m = *impl_;
+  const int64_t T = x.ndim == 2 ? x.shape[0] : 0;
+  // Checks the whole batch once (every chunk is then within its rank's capacity).
+  ep::ep_check_io(x, routing, out, m.layout, int64_t(m.layout.max_tokens) * m.ranks, "EpCudaEmulation::forward");
+  for (int r = 0; r < m.ranks; ++r) {
+    const int64_t n = ep::token_chunk_begin(T, m.ranks, r + 1) - ep::token_chunk_begin(T, m.ranks, r);
+    NVFP4_CHECK(n <= m.layout.max_tokens, "EpCudaEmulation::forward: rank ", r, " gets ", n,
+                " tokens, above max_tokens_per_rank=", m.layout.max_tokens);
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
+  std::vector<ep::EpRankIo> io(m.ranks);
+  const int64_t k = m.layout.top_k, H = m.layout.hidden;
+  const size_t x_elem = x.dtype == DType::BF16 ? 2 : 4, id_elem = routing.topk_ids.dtype == DType::I64 ? 8 : 4;
+  for (int r = 0; r < m.ranks; ++r) {
+    const int64_t b = ep::token_chunk_begin(T, m.ranks, r), e = ep::token_chunk_begin(T, m.ranks, r + 1);
+    io[r].x = static_cast<const char*>(x.data) + b * H * x_elem;
+    io[r].x_is_bf16 = x.dtype == DType::BF16;
+    io[r].ids = static_cast<const char*>(routing.topk_ids.data) + b * k * id_elem;
+    io[r].ids_i64 = routing.topk_ids.dtype == DType::I64;
+    io[r].weights = routing.topk_weights.ptr<float>() + b * k;
+    io[r].y = out.y.ptr<__nv_bfloat16>() + b * H;
+    io[r].tokens = int32_t(e - b);
+  }
+  // Each phase for every rank before the next: stream order = the barriers.
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->dispatch(m.peers(), s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->compute(m.own(r), which, s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->push(m.peers(), s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->combine(m.peers(), io[r], s);
+  if (m.options.checked) sync_errors();
+}
+
+std::vector<float> EpCudaEmulation::forward_host(const std::vector<float>& x, int64_t tokens,
+                                                 const std::vector<int32_t>& topk_ids,
+                                                 const std::vector<float>& topk_weights) {
+  Impl& m = *impl_;
+  const int64_t H = m.config.hidden, k = m.config.top_k;
+  NVFP4_CHECK(int64_t(x.size()) == tokens * H, "EpCudaEmulation::forward_host: x has ", x.size(),
+              " values, expected T*H = ", tokens * H);
+  NVFP4_CHECK(int64_t(topk_ids.size()) == tokens * k && int64_t(topk_weights.size()) == tokens * k,
+              "EpCudaEmulation::forward_host: topk_ids/topk_weights have ", topk_ids.size(), "/", topk_weights.size(),
+              " values, expected T*k = ", tokens * k);
+  cuda::DeviceBuffer<float> dx(x.size()), dw(topk_weights.size());
+  cuda::DeviceBuffer<int32_t> di(topk_ids.size());
+  cuda::DeviceBuffer<__nv_bfloat16> dy(size_t(tokens * H));
+  dx.upload(x.data(), x.size());
+  di.upload(topk_ids.data(), topk_ids.size());
+  dw.upload(topk_weights.data(), topk_weights.size());
+  RoutingArgs r;
+  r.topk_ids = make_view(di.get(), DType::I32, {tokens, k}, DeviceKind::Cuda);
+  r.topk_weights = make_view(dw.get(), DType::F32, {tokens, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {tokens, H}, DeviceKind::Cuda);
+  forward(make_view(dx.get(), DType::F32, {tokens, H}, DeviceKind::Cuda), r, out, nullptr);
+  std::vector<uint16_t> bits(size_t(tokens * H));
+  NVFP4_CUDA_CHECK(cudaMemcpy(bits.data(), dy.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> y(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
+  return y;
+}
+
+void EpCudaEmulation::sync_errors() {
+  Impl& m = *impl_;
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  std::string msg;
+  for (int r = 0; r < m.ranks; ++r) {
+    uint32_t word = 0;
+    uint32_t* dev = ep::area<uint32_t>(m.own(r), m.layout.error_word);
+    NVFP4_CUDA_CHECK(cudaMemcpy(&word, dev, 4, cudaMemcpyDeviceToHost));
+    if (!word) continue;
+    NVFP4_CUDA_CHECK(cudaMemset(dev, 0, 4));
+    msg += "rank " + std::to_string(r) + ": " + ep::ep_error_text(word, m.layout);
+  }
+  NVFP4_CHECK(msg.empty(), "expert parallel (emulated, R=", m.ranks, "): device reported: ", msg);
+}
+
+}  // namespace nvfp4moe

@@ -1,0 +1,349 @@
+// Scalar reference expert compute of an expert-parallel rank (see
+// ep_local_experts.hpp). Compiled WITHOUT fast-math: silu uses expf.
+#include <cuda_bf16.h>
+
+#include "cuda/quantize_act.hpp"
+#include "cuda/sm90_nvfp4_grouped_gemm.hpp"
+#include "ep/ep_local_experts.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::ep {
+
+namespace {
+
+using namespace nvfp4moe::fmt;
+
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
+
+// silu(min(gate, L)) * clamp(up, -L, L); no clamp without a limit.
+__device__ __forceinline__ float swiglu(float gate, float up, bool has_limit, float limit) {
+  if (has_limit) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+  }
+  return silu(gate) * up;
+}
+
+// sum_k a[k] * value(w_k) * s(w block), the weight row given as packed codes
+// and linear scales; a is the staged row (shared memory).
+__device__ __forceinline__ float dot_nvfp4_row(const float* a, const uint8_t* codes, const uint8_t* scales,
+                                               int64_t k) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const float s = e4m3_value(scales[b]);
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kBlock / 2; ++i) {
+      const uint8_t byte = codes[b * 8 + i];
+      part += a[b * kBlock + 2 * i] * e2m1_value(byte & 15) + a[b * kBlock + 2 * i + 1] * e2m1_value(byte >> 4);
+    }
+    acc += part * s;
+  }
+  return acc;
+}
+
+// grid (capacity, ceil(I / kThreads)); dynamic smem: H floats.
+// h[p, i] = swiglu(g_x g_w1 (a . W1_e[i]), g_x g_w3 (a . W3_e[i])).
+__global__ void ep_l1_ref_kernel(EpComputeArgs a, const uint8_t* w13_codes, const uint8_t* w13_scales,
+                                 const float* w13_global, int64_t H, int64_t I, bool has_limit, float limit,
+                                 float* h) {
+  extern __shared__ float row[];
+  const int32_t p = blockIdx.x;
+  if (p >= *a.total) return;
+  const int32_t e = a.expert[p];
+  for (int64_t k = threadIdx.x; k < H; k += blockDim.x) {
+    const uint8_t byte = a.codes[int64_t(p) * (H / 2) + k / 2];
+    row[k] = e2m1_value((k & 1) ? (byte >> 4) : (byte & 15)) * e4m3_value(a.scales[int64_t(p) * (H / 16) + k / 16]);
+  }
+  __syncthreads();
+  const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (i >= I) return;
+  const int64_t gate_row = int64_t(e) * 2 * I + i, up_row = gate_row + I;
+  const float gate = dot_nvfp4_row(row, w13_codes + gate_row * (H / 2), w13_scales + gate_row * (H / 16), H) *
+                     (a.g[p] * w13_global[2 * e]);
+  const float up = dot_nvfp4_row(row, w13_codes + up_row * (H / 2), w13_scales + up_row * (H / 16), H) *
+                   (a.g[p] * w13_global[2 * e + 1]);
+  h[int64_t(p) * I + i] = swiglu(gate, up, has_limit, limit);
+}
+
+// grid (capacity, ceil(H / kThreads)); dynamic smem: I floats.
+// out[p, n] = w_p * g_h g_w2 (QDQ(h) . W2_e[n]).
+__global__ void ep_l2_ref_kernel(EpComputeArgs a, const __nv_bfloat16* h_deq, int64_t ld_h_deq, const float* h_g,
+                                 const uint8_t* w2_codes, const uint8_t* w2_scales, const float* w2_global,
+                                 int64_t H, int64_t I) {
+  extern __shared__ float row[];
+  const int32_t p = blockIdx.x;
+  if (p >= *a.total) return;
+  const int32_t e = a.expert[p];
+  for (int64_t k = threadIdx.x; k < I; k += blockDim.x) row[k] = __bfloat162float(h_deq[int64_t(p) * ld_h_deq + k]);
+  __syncthreads();
+  const int64_t n = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (n >= H) return;
+  const int64_t wrow = int64_t(e) * H + n;
+  const float o = dot_nvfp4_row(row, w2_codes + wrow * (I / 2), w2_scales + wrow * (I / 16), I) *
+                  (h_g[p] * w2_global[e]);
+  a.out[int64_t(p) * H + n] = a.weight[p] * o;
+}
+
+// grid (capacity): the GEMM operand of received row p, value(q) * f32(s) as
+// BF16 (exact, spec 2), zero past H up to ld.
+__global__ void ep_expand_operand_kernel(EpComputeArgs a, int64_t H, int64_t ld, __nv_bfloat16* act) {
+  const int32_t p = blockIdx.x;
+  if (p >= *a.total) return;
+  for (int64_t k = threadIdx.x; k < ld; k += blockDim.x) {
+    float v = 0.0f;
+    if (k < H) {
+      const uint8_t byte = a.codes[int64_t(p) * (H / 2) + k / 2];
+      v = e2m1_value((k & 1) ? (byte >> 4) : (byte & 15)) * e4m3_value(a.scales[int64_t(p) * (H / 16) + k / 16]);
+    }
+    act[int64_t(p) * ld + k] = __float2bfloat16_rn(v);
+  }
+}
+
+// One thread: the GEMM's work list from this rank's expert offsets, tiles of
+// at most kGemmTileTokens consecutive rows of one expert.
+__global__ void ep_build_tiles_kernel(const int32_t* offsets, int32_t local_experts, cuda::GemmTile* tiles,
+                                      int32_t* num_tiles) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int32_t n = 0;
+  for (int32_t e = 0; e < local_experts; ++e)
+    for (int32_t b = offsets[e]; b < offsets[e + 1]; b += cuda::kGemmTileTokens) {
+      const int32_t rows = offsets[e + 1] - b;
+      tiles[n++] = cuda::GemmTile{e, b, rows < cuda::kGemmTileTokens ? rows : cuda::kGemmTileTokens, 0};
+    }
+  *num_tiles = n;
+}
+
+__global__ void ep_iota_kernel(int32_t* v, int32_t n) {
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v[i] = i;
+}
+
+template <typename XT>
+__device__ __forceinline__ float to_f32(XT v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// grid (tokens, ceil(Is / kThreads)); smem: H floats of x.
+template <typename XT>
+__global__ void ep_shared_l1_ref_kernel(const XT* x, const __nv_bfloat16* w1, const __nv_bfloat16* w3, int64_t H,
+                                        int64_t Is, bool has_limit, float limit, float* h) {
+  extern __shared__ float row[];
+  const int64_t t = blockIdx.x;
+  for (int64_t k = threadIdx.x; k < H; k += blockDim.x) row[k] = to_f32(x[t * H + k]);
+  __syncthreads();
+  const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (i >= Is) return;
+  float gate = 0.0f, up = 0.0f;
+  for (int64_t k = 0; k < H; ++k) {
+    gate += row[k] * __bfloat162float(w1[i * H + k]);
+    up += row[k] * __bfloat162float(w3[i * H + k]);
+  }
+  h[t * Is + i] = swiglu(gate, up, has_limit, limit);
+}
+
+// grid (tokens, ceil(H / kThreads)); smem: Is floats of h.
+__global__ void ep_shared_l2_ref_kernel(const float* h, const __nv_bfloat16* w2, int64_t H, int64_t Is, float* out) {
+  extern __shared__ float row[];
+  const int64_t t = blockIdx.x;
+  for (int64_t k = threadIdx.x; k < Is; k += blockDim.x) row[k] = h[t * Is + k];
+  __syncthreads();
+  const int64_t n = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (n >= H) return;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < Is; ++k) acc += row[k] * __bfloat162float(w2[n * Is + k]);
+  out[t * H + n] = acc;
+}
+
+template <typename T, typename Src>
+cuda::DeviceBuffer<T> upload(const std::vector<Src>& v) {
+  static_assert(sizeof(T) == sizeof(Src), "upload reinterprets bit patterns, never converts");
+  cuda::DeviceBuffer<T> d(v.size());
+  if (!v.empty())
+    NVFP4_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Dynamic shared memory beyond the default 48 KB needs an opt-in per kernel.
+template <typename Kernel>
+void allow_smem(Kernel k, size_t bytes) {
+  if (bytes > 48 * 1024)
+    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+}  // namespace
+
+EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int32_t capacity)
+    : count_(w.count), hidden_(w.hidden), inter_(w.intermediate), capacity_(capacity), limit_(cfg.swiglu_limit) {
+  NVFP4_CHECK(w.hidden == cfg.hidden && w.intermediate == cfg.intermediate, "EpLocalExperts: weights H=", w.hidden,
+              " I=", w.intermediate, " do not match the config H=", cfg.hidden, " I=", cfg.intermediate);
+  NVFP4_CHECK(capacity > 0, "EpLocalExperts: receive capacity must be > 0, got ", capacity);
+  w13_codes_ = upload<uint8_t>(w.w13_codes);
+  w13_scales_ = upload<uint8_t>(w.w13_scales);
+  w2_codes_ = upload<uint8_t>(w.w2_codes);
+  w2_scales_ = upload<uint8_t>(w.w2_scales);
+  w13_global_ = upload<float>(w.w13_global);
+  w2_global_ = upload<float>(w.w2_global);
+  if (cfg.l2_input == InputScaleMode::Static) {
+    NVFP4_CHECK(int64_t(w.w2_input_scale.size()) == w.count,
+                "EpLocalExperts: static L2 input scales requested but w2_input_scale has ", w.w2_input_scale.size(),
+                " values for ", w.count, " experts");
+    w2_static_g_ = upload<float>(w.w2_input_scale);
+  }
+  // The grouped GEMM's weights: each expert packed once, here, by the
+  // backend's one layout transform.
+  const cuda::PackedGeometry g13 = cuda::packed_geometry(cuda::Projection::GateUp, hidden_, inter_);
+  const cuda::PackedGeometry g2 = cuda::packed_geometry(cuda::Projection::Down, hidden_, inter_);
+  {
+    std::vector<uint8_t> t13(size_t(g13.bytes_per_expert()) * count_), t2(size_t(g2.bytes_per_expert()) * count_);
+    for (int64_t e = 0; e < count_; ++e) {
+      cuda::pack_expert_weights(cuda::Projection::GateUp, w.w13_codes.data() + e * 2 * inter_ * hidden_ / 2,
+                                w.w13_scales.data() + e * 2 * inter_ * hidden_ / 16, hidden_, inter_,
+                                t13.data() + e * g13.bytes_per_expert());
+      cuda::pack_expert_weights(cuda::Projection::Down, w.w2_codes.data() + e * hidden_ * inter_ / 2,
+                                w.w2_scales.data() + e * hidden_ * inter_ / 16, hidden_, inter_,
+                                t2.data() + e * g2.bytes_per_expert());
+    }
+    w13_tiles_ = upload<uint8_t>(t13);
+    w2_tiles_ = upload<uint8_t>(t2);
+  }
+  ld_act_ = g13.k_steps * cuda::kTileK;
+  ld_h_deq_ = g2.k_steps * cuda::kTileK;
+  max_tiles_ = cuda::max_gemm_tiles(capacity, count_, cuda::kGemmTileTokens);
+  act_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(capacity) * ld_act_);
+  identity_ = cuda::DeviceBuffer<int32_t>(size_t(capacity));
+  ep_iota_kernel<<<unsigned(cuda::ceil_div(capacity, 256)), 256>>>(identity_.get(), capacity);
+  NVFP4_CUDA_CHECK_LAUNCH("ep_iota_kernel");
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  tiles_ = cuda::DeviceBuffer<uint8_t>(size_t(max_tiles_) * sizeof(cuda::GemmTile));
+  num_tiles_ = cuda::DeviceBuffer<int32_t>(1);
+  h_ = cuda::DeviceBuffer<float>(size_t(capacity) * inter_);
+  h_g_ = cuda::DeviceBuffer<float>(size_t(capacity));
+  h_deq_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(capacity) * ld_h_deq_);
+  // Attributes are set here, not per launch: a forward stays graph-capturable.
+  allow_smem(ep_l1_ref_kernel, size_t(hidden_) * 4);
+  allow_smem(ep_l2_ref_kernel, size_t(inter_) * 4);
+}
+
+void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(a.capacity == capacity_, "EpLocalExperts: capacity ", a.capacity, " differs from the ", capacity_,
+              " it was built for");
+  const size_t smem1 = size_t(hidden_) * 4, smem2 = size_t(inter_) * 4;
+  dim3 g1(capacity_, unsigned(cuda::ceil_div(inter_, kThreads)));
+  ep_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(a, w13_codes_.get(), w13_scales_.get(), w13_global_.get(),
+                                                     hidden_, inter_, limit_.has_value(), limit_.value_or(0.0f),
+                                                     h_.get());
+  NVFP4_CUDA_CHECK_LAUNCH("ep_l1_ref_kernel");
+
+  requantize_h(a, ld_h_deq_, stream);
+  dim3 g2(capacity_, unsigned(cuda::ceil_div(hidden_, kThreads)));
+  ep_l2_ref_kernel<<<g2, kThreads, smem2, stream>>>(a, h_deq_.get(), ld_h_deq_, h_g_.get(), w2_codes_.get(),
+                                                     w2_scales_.get(), w2_global_.get(), hidden_, inter_);
+  NVFP4_CUDA_CHECK_LAUNCH("ep_l2_ref_kernel");
+}
+
+// QDQ(h) per row (spec 2): dynamic g per row, or the expert's static g.
+void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cudaStream_t stream) {
+  cuda::RequantRowsArgs rq;
+  rq.h = h_.get();
+  rq.ld_h = inter_;
+  rq.cols = inter_;
+  rq.rows_max = capacity_;
+  rq.num_rows = a.total;
+  rq.static_g_per_expert = w2_static_g_.size() ? w2_static_g_.get() : nullptr;
+  rq.row_expert = a.expert;
+  rq.g_out = h_g_.get();
+  rq.deq = h_deq_.get();
+  rq.deq_ld = deq_ld;
+  cuda::requantize_rows(rq, stream);
+}
+
+void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(a.capacity == capacity_, "EpLocalExperts: capacity ", a.capacity, " differs from the ", capacity_,
+              " it was built for");
+  auto* tiles = reinterpret_cast<cuda::GemmTile*>(tiles_.get());
+  ep_expand_operand_kernel<<<capacity_, kThreads, 0, stream>>>(a, hidden_, ld_act_, act_.get());
+  NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
+  ep_build_tiles_kernel<<<1, 32, 0, stream>>>(a.offsets, int32_t(count_), tiles, num_tiles_.get());
+  NVFP4_CUDA_CHECK_LAUNCH("ep_build_tiles_kernel");
+
+  cuda::GroupedGemmPlan l1;
+  l1.projection = cuda::Projection::GateUp;
+  l1.weights = w13_tiles_.get();
+  l1.geometry = cuda::packed_geometry(cuda::Projection::GateUp, hidden_, inter_);
+  l1.n_valid = inter_;
+  l1.w_global = w13_global_.get();
+  l1.act = act_.get();
+  l1.ld_act = ld_act_;
+  l1.pair_of_pos = identity_.get();  // receive row = position = "token"
+  l1.top_k = 1;
+  l1.act_g = a.g;
+  l1.tiles = tiles;
+  l1.num_tiles = num_tiles_.get();
+  l1.max_tiles = max_tiles_;
+  l1.h_out = h_.get();
+  l1.ld_h = inter_;
+  l1.has_limit = limit_.has_value();
+  l1.limit = limit_.value_or(0.0f);
+  cuda::sm90_nvfp4_grouped_gemm(l1, stream);
+
+  requantize_h(a, ld_h_deq_, stream);
+
+  cuda::GroupedGemmPlan l2;
+  l2.projection = cuda::Projection::Down;
+  l2.weights = w2_tiles_.get();
+  l2.geometry = cuda::packed_geometry(cuda::Projection::Down, hidden_, inter_);
+  l2.n_valid = hidden_;
+  l2.w_global = w2_global_.get();
+  l2.act = h_deq_.get();
+  l2.ld_act = ld_h_deq_;
+  l2.pair_of_pos = identity_.get();
+  l2.top_k = 1;
+  l2.act_g = h_g_.get();
+  l2.tiles = tiles;
+  l2.num_tiles = num_tiles_.get();
+  l2.max_tiles = max_tiles_;
+  l2.y_pair = a.out;
+  l2.topk_weights = a.weight;
+  cuda::sm90_nvfp4_grouped_gemm(l2, stream);
+}
+
+EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cfg, int32_t max_tokens)
+    : hidden_(cfg.hidden), inter_(cfg.shared_experts ? cfg.shared_inter() : 0), limit_(cfg.swiglu_limit) {
+  if (!inter_) return;
+  const size_t n = size_t(inter_) * hidden_;
+  NVFP4_CHECK(w.w1.size() == n && w.w3.size() == n && w.w2.size() == n, "EpSharedExpert: shared expert weights have ",
+              w.w1.size(), "/", w.w3.size(), "/", w.w2.size(), " elements (w1/w3/w2), expected ", n, " each (Is=",
+              inter_, " H=", hidden_, ")");
+  w1_ = upload<__nv_bfloat16>(w.w1);
+  w3_ = upload<__nv_bfloat16>(w.w3);
+  w2_ = upload<__nv_bfloat16>(w.w2);
+  h_ = cuda::DeviceBuffer<float>(size_t(max_tokens) * inter_);
+  allow_smem(ep_shared_l1_ref_kernel<__nv_bfloat16>, size_t(hidden_) * 4);
+  allow_smem(ep_shared_l1_ref_kernel<float>, size_t(hidden_) * 4);
+  allow_smem(ep_shared_l2_ref_kernel, size_t(inter_) * 4);
+}
+
+void EpSharedExpert::run_ref(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream) {
+  if (!inter_ || tokens == 0) return;
+  const size_t smem1 = size_t(hidden_) * 4, smem2 = size_t(inter_) * 4;
+  dim3 g1(tokens, unsigned(cuda::ceil_div(inter_, kThreads)));
+  if (x_is_bf16) {
+    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const __nv_bfloat16*>(x), w1_.get(),
+                                                              w3_.get(), hidden_, inter_, limit_.has_value(),
+                                                              limit_.value_or(0.0f), h_.get());
+  } else {
+    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const float*>(x), w1_.get(), w3_.get(),
+                                                              hidden_, inter_, limit_.has_value(),
+                                                              limit_.value_or(0.0f), h_.get());
+  }
+  NVFP4_CUDA_CHECK_LAUNCH("ep_shared_l1_ref_kernel");
+  dim3 g2(tokens, unsigned(cuda::ceil_div(hidden_, kThreads)));
+  ep_shared_l2_ref_kernel<<<g2, kThreads, smem2, stream>>>(h_.get(), w2_.get(), hidden_, inter_, out);
+  NVFP4_CUDA_CHECK_LAUNCH("ep_shared_l2_ref_kernel");
+}
+
+}  // namespace nvfp4moe::ep

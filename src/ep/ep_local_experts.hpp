@@ -1,0 +1,87 @@
+// The expert compute of one expert-parallel rank: the pairs in its receive
+// area (already-quantized tokens, LOCAL expert ids, routing weights) through
+// its slice of the routed experts, and the shared expert on its own tokens.
+//
+// Input (receive area, see ep_index.hpp): per row the token's packed codes
+// [H/2], linear UE4M3 scales [H/16] and global scale g (the L1 alpha factor),
+// its LOCAL expert and weight w_j; the live row count is on the device.
+// Output: w_j * o_e per row as FP32 [capacity, H], which the combine pushes
+// to the token's rank.
+//
+// run(): the CUDA backend's grouped GEMM (sm90_nvfp4_grouped_gemm) behind its
+// plan — the receive rows are its "tokens" (top_k 1, identity pair map), the
+// work list is built from this rank's expert offsets; the L2 input is
+// requantized with the backend's requantize_rows (spec 2 bytes, dynamic per
+// row or static per expert).
+// run_ref(): the scalar reference (`*_ref` in the house style): one thread
+// per output element, FP32 sums, exact dequantization; tests compare both.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "cuda/cuda_check.hpp"
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe::ep {
+
+struct EpComputeArgs {
+  const uint8_t* codes = nullptr;   // [capacity, H/2]
+  const uint8_t* scales = nullptr;  // [capacity, H/16] linear
+  const float* g = nullptr;         // [capacity]
+  const int32_t* expert = nullptr;  // [capacity] LOCAL ids
+  const float* weight = nullptr;    // [capacity] w_j
+  const int32_t* offsets = nullptr; // device [local_experts + 1]: rows of each expert (clipped)
+  const int32_t* total = nullptr;   // device: live rows
+  int32_t capacity = 0;
+  float* out = nullptr;             // [capacity, H]
+};
+
+class EpLocalExperts {
+ public:
+  // `slice` holds this rank's experts, indexed locally.
+  EpLocalExperts(const ExpertWeights& slice, const MoeConfig& config, int32_t capacity);
+  void run(const EpComputeArgs& args, cudaStream_t stream);
+  void run_ref(const EpComputeArgs& args, cudaStream_t stream);
+
+  int64_t local_experts() const { return count_; }
+
+ private:
+  void requantize_h(const EpComputeArgs& a, int64_t deq_ld, cudaStream_t stream);
+
+  int64_t count_ = 0, hidden_ = 0, inter_ = 0;
+  int32_t capacity_ = 0;
+  std::optional<float> limit_;
+  // linear layout (reference path)
+  cuda::DeviceBuffer<uint8_t> w13_codes_, w13_scales_, w2_codes_, w2_scales_;
+  cuda::DeviceBuffer<float> w13_global_, w2_global_, w2_static_g_;
+  // the grouped GEMM's tile layout and operands
+  cuda::DeviceBuffer<uint8_t> w13_tiles_, w2_tiles_;
+  int64_t ld_act_ = 0, ld_h_deq_ = 0, max_tiles_ = 0;
+  cuda::DeviceBuffer<__nv_bfloat16> act_;       // [capacity, ld_act] value(q)*s of the received tokens
+  cuda::DeviceBuffer<int32_t> identity_;        // [capacity] row -> row (the plan's pair map)
+  cuda::DeviceBuffer<uint8_t> tiles_;           // GemmTile [max_tiles]
+  cuda::DeviceBuffer<int32_t> num_tiles_;       // [1]
+  cuda::DeviceBuffer<float> h_, h_g_;           // [capacity, I], [capacity]
+  cuda::DeviceBuffer<__nv_bfloat16> h_deq_;     // [capacity, ld_h_deq] value(q)*s of QDQ(h)
+};
+
+// Shared expert (BF16 weights, FP32 math on the unquantized x).
+class EpSharedExpert {
+ public:
+  EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& config, int32_t max_tokens);
+  bool present() const { return inter_ > 0; }
+  // x [tokens, H] (bf16 or f32, device) -> out [tokens, H] f32.
+  void run_ref(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream);
+
+ private:
+  int64_t hidden_ = 0, inter_ = 0;
+  std::optional<float> limit_;
+  cuda::DeviceBuffer<__nv_bfloat16> w1_, w3_, w2_;
+  cuda::DeviceBuffer<float> h_;  // [max_tokens, Is]
+};
+
+}  // namespace nvfp4moe::ep

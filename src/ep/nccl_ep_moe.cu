@@ -1,0 +1,192 @@
+// NcclEpMoe: one expert-parallel rank per process and GPU over the NCCL 2.28
+// device API. Peers' segments are reached through LSA pointers of one
+// symmetric window (SymmBuffer); phases are separated by LSA barriers:
+//
+//   stage -> [LSA barrier] -> dispatch (pull) -> experts -> push -> [LSA barrier] -> combine
+//
+// Two barriers a forward suffice: a rank touches a peer's segment only
+// between them (reads its send area, writes its combine area), and a rank
+// rewrites its own send area / clears its flags only after the second one.
+// Everything is queued on the caller's stream with no host synchronisation;
+// the kernel arguments do not change between calls with the same T, so a
+// forward can be captured into a CUDA graph.
+#include "nvfp4moe/ep_cuda.hpp"
+
+#if defined(NVFP4MOE_HAS_NCCL)
+
+#include <cuda/atomic>
+
+#include "ep/ep_rank.cuh"
+#include "ep/symm_buffer.hpp"
+
+namespace nvfp4moe {
+
+namespace ep {
+
+// Peers of an NCCL rank: segment r is the window at offset 0 through rank r's
+// LSA mapping (one NVLink domain: LSA rank == world rank, checked at setup).
+struct LsaPeers {
+  ncclWindow_t window;
+  __device__ __forceinline__ char* segment(int32_t rank) const {
+    return static_cast<char*>(ncclGetLsaPointer(window, 0, rank));
+  }
+};
+
+// One CTA: a full barrier of all ranks with release/acquire at system scope,
+// so every write before it (this GPU's stores to peers included) is visible
+// to every peer's work after it.
+__global__ void ep_lsa_barrier_kernel(ncclDevComm comm) {
+  __threadfence_system();
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), comm, ncclTeamTagLsa(), 0);
+  bar.sync(ncclCoopCta(), ::cuda::memory_order_acq_rel);
+  __threadfence_system();
+}
+
+}  // namespace ep
+
+bool nccl_ep_available() { return true; }
+
+struct NcclEpMoe::Impl {
+  ncclComm_t comm = nullptr;
+  int rank = 0, ranks = 0;
+  MoeConfig config;
+  EpCudaOptions options;
+  ep::SegmentLayout layout;
+  std::unique_ptr<ep::SymmBuffer> symm;
+  std::unique_ptr<ep::EpRank> me;
+
+  ep::LsaPeers peers() const { return ep::LsaPeers{symm->window()}; }
+  void barrier(cudaStream_t s) {
+    ep::ep_lsa_barrier_kernel<<<1, 32, 0, s>>>(symm->dev_comm());
+    NVFP4_CUDA_CHECK_LAUNCH("ep_lsa_barrier_kernel");
+  }
+};
+
+NcclEpMoe::NcclEpMoe(ncclComm* comm, const MoeWeights& w, const EpCudaOptions& o) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  NVFP4_CHECK(comm != nullptr, "NcclEpMoe: null NCCL communicator");
+  m.comm = comm;
+  NVFP4_NCCL_CHECK(ncclCommUserRank(comm, &m.rank));
+  NVFP4_NCCL_CHECK(ncclCommCount(comm, &m.ranks));
+  w.config.validate();
+  w.experts.validate();
+  m.config = w.config;
+  m.options = o;
+  m.layout = ep::ep_layout(w.config, m.ranks, o);
+  const int64_t epr = m.layout.local_experts, first = int64_t(m.rank) * epr;
+  MoeWeights slice;
+  slice.config = w.config;
+  slice.shared = w.shared;
+  if (w.experts.first_expert == 0 && w.experts.count == w.config.experts) {
+    slice.experts = w.experts.slice(first, epr);
+  } else {
+    NVFP4_CHECK(w.experts.first_expert == first && w.experts.count == epr, "NcclEpMoe rank ", m.rank, " of ",
+                m.ranks, ": weights hold experts [", w.experts.first_expert, ", ",
+                w.experts.first_expert + w.experts.count, "); expected the full layer or exactly [", first, ", ",
+                first + epr, ")");
+    slice.experts = w.experts;
+  }
+  NVFP4_CHECK(w.config.l1_input != InputScaleMode::Static || o.l1_static_scale > 0.0f ||
+                  w.experts.count == w.config.experts,
+              "NcclEpMoe: static L1 input scales with a slice of the experts need EpCudaOptions::l1_static_scale "
+              "(the max over ALL experts)");
+  const float l1_g = ep::ep_l1_static_scale(w, o);
+  m.symm = std::make_unique<ep::SymmBuffer>(comm, m.layout.bytes, /*lsa_barriers=*/1);
+  m.me = std::make_unique<ep::EpRank>(slice, m.layout, m.rank, l1_g);
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+NcclEpMoe::~NcclEpMoe() {
+  if (impl_) cudaDeviceSynchronize();  // no kernel may use the window when it is deregistered
+}
+NcclEpMoe::NcclEpMoe(NcclEpMoe&&) noexcept = default;
+NcclEpMoe& NcclEpMoe::operator=(NcclEpMoe&&) noexcept = default;
+
+int NcclEpMoe::rank() const { return impl_->rank; }
+int NcclEpMoe::ranks() const { return impl_->ranks; }
+uint64_t NcclEpMoe::symm_bytes() const { return impl_->layout.bytes; }
+
+void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream) {
+  Impl& m = *impl_;
+  const ep::EpRankIo io = ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, "NcclEpMoe::forward");
+  auto s = static_cast<cudaStream_t>(stream);
+  const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
+  m.me->stage(m.peers(), m.symm->local(), io, s);
+  m.barrier(s);
+  m.me->dispatch(m.peers(), s);
+  m.me->compute(m.symm->local(), which, s);
+  m.me->push(m.peers(), s);
+  m.barrier(s);
+  m.me->combine(m.peers(), io, s);
+  if (m.options.checked) sync_errors();
+}
+
+std::vector<float> NcclEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
+                                           const std::vector<int32_t>& topk_ids, const std::vector<float>& topk_weights) {
+  Impl& m = *impl_;
+  const int64_t H = m.config.hidden, k = m.config.top_k;
+  NVFP4_CHECK(int64_t(x.size()) == tokens * H && int64_t(topk_ids.size()) == tokens * k &&
+                  int64_t(topk_weights.size()) == tokens * k,
+              "NcclEpMoe::forward_host: x/topk_ids/topk_weights have ", x.size(), "/", topk_ids.size(), "/",
+              topk_weights.size(), " values for T=", tokens, " H=", H, " k=", k);
+  // Empty batches still take part in the collective: buffers of at least one element.
+  cuda::DeviceBuffer<float> dx(std::max<size_t>(1, x.size())), dw(std::max<size_t>(1, topk_weights.size()));
+  cuda::DeviceBuffer<int32_t> di(std::max<size_t>(1, topk_ids.size()));
+  cuda::DeviceBuffer<__nv_bfloat16> dy(std::max<size_t>(1, size_t(tokens * H)));
+  dx.upload(x.data(), x.size());
+  di.upload(topk_ids.data(), topk_ids.size());
+  dw.upload(topk_weights.data(), topk_weights.size());
+  RoutingArgs r;
+  r.topk_ids = make_view(di.get(), DType::I32, {tokens, k}, DeviceKind::Cuda);
+  r.topk_weights = make_view(dw.get(), DType::F32, {tokens, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {tokens, H}, DeviceKind::Cuda);
+  forward(make_view(dx.get(), DType::F32, {tokens, H}, DeviceKind::Cuda), r, out, nullptr);
+  std::vector<uint16_t> bits(size_t(tokens * H));
+  NVFP4_CUDA_CHECK(cudaMemcpy(bits.data(), dy.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> y(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
+  return y;
+}
+
+void NcclEpMoe::sync_errors() {
+  Impl& m = *impl_;
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  uint32_t word = 0;
+  uint32_t* dev = ep::area<uint32_t>(m.symm->local(), m.layout.error_word);
+  NVFP4_CUDA_CHECK(cudaMemcpy(&word, dev, 4, cudaMemcpyDeviceToHost));
+  if (!word) return;
+  NVFP4_CUDA_CHECK(cudaMemset(dev, 0, 4));
+  NVFP4_FAIL("expert parallel rank ", m.rank, " of ", m.ranks, ": device reported: ", ep::ep_error_text(word, m.layout));
+}
+
+}  // namespace nvfp4moe
+
+#else  // !NVFP4MOE_HAS_NCCL
+
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe {
+
+bool nccl_ep_available() { return false; }
+
+struct NcclEpMoe::Impl {};
+NcclEpMoe::NcclEpMoe(ncclComm*, const MoeWeights&, const EpCudaOptions&) {
+  NVFP4_FAIL("NcclEpMoe: this build of nvfp4moe has no NCCL (configure with -DNCCL_ROOT=<dir with include/ and lib/>)");
+}
+NcclEpMoe::~NcclEpMoe() = default;
+NcclEpMoe::NcclEpMoe(NcclEpMoe&&) noexcept = default;
+NcclEpMoe& NcclEpMoe::operator=(NcclEpMoe&&) noexcept = default;
+int NcclEpMoe::rank() const { return 0; }
+int NcclEpMoe::ranks() const { return 0; }
+uint64_t NcclEpMoe::symm_bytes() const { return 0; }
+void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, void*) {}
+std::vector<float> NcclEpMoe::forward_host(const std::vector<float>&, int64_t, const std::vector<int32_t>&,
+                                           const std::vector<float>&) {
+  return {};
+}
+void NcclEpMoe::sync_errors() {}
+
+}  // namespace nvfp4moe
+
+#endif  // NVFP4MOE_HAS_NCCL

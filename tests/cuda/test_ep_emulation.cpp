@@ -1,0 +1,264 @@
+// Expert parallelism on one GPU: R logical ranks (EpCudaEmulation) running the
+// same kernels and indexing as the NCCL path, against the single-GPU MoE.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cuda/cuda_check.hpp"
+#include "test_ep_util.hpp"
+
+namespace nvfp4moe::test {
+namespace {
+
+constexpr double kTol = 1e-2;  // spec 5: relative L2 against the reference
+
+class EpEmulation : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Fresh random routing with -1 slots, uneven token split: every R matches the
+// single-GPU layer; the scalar reference compute gives bit-identical results
+// for every R (position in the receive area never changes a row's value).
+TEST_P(EpEmulation, MatchesSingleGpuOnRandomRouting) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed ^ 0x5eed);
+  const int64_t T = 37, H = cfg.hidden;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.15);
+
+  std::string which;
+  const std::vector<float> ref = single_device_forward(w, x, T, r, &which);
+  SCOPED_TRACE("single-device reference: " + which);
+
+  EpCudaOptions o;
+  o.max_tokens_per_rank = T;  // R = 1 holds them all
+  EpCudaEmulation ep(w, R, o);
+  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  ep.sync_errors();
+  EXPECT_EQ(count_non_finite(y), 0);
+  EXPECT_LE(rel_l2(y, ref), kTol);
+  EXPECT_LE(rel_l2(y, cpu_forward(w, x, T, r)), kTol);
+
+  o.reference_compute = true;
+  EpCudaEmulation ep_ref(w, R, o), ep_ref1(w, 1, o);
+  const std::vector<float> y_ref = ep_ref.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y_ref1 = ep_ref1.forward_host(x, T, r.ids, r.weights);
+  EXPECT_LE(rel_l2(y_ref, ref), kTol) << "scalar reference compute";
+  EXPECT_EQ(std::memcmp(y_ref.data(), y_ref1.data(), y_ref.size() * 4), 0)
+      << "R=" << R << " differs from R=1 with the same (reference) compute";
+}
+
+// All tokens routed to the experts of one rank (the last): one rank receives
+// every pair, the others none.
+TEST_P(EpEmulation, SkewedRoutingToOneRank) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  MoeConfig cfg = ep_test_config();
+  cfg.experts = 32;  // E/R >= k for R = 8
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 1);
+  const int64_t T = 24, H = cfg.hidden, epr = cfg.experts / R;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, cfg.top_k, cfg.experts - epr, cfg.experts, 0.1);
+  EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
+  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  ep.sync_errors();
+  EXPECT_EQ(count_non_finite(y), 0);
+  EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
+}
+
+// A receive capacity too small for rank 0's pairs: reported through the error
+// word, the dropped slots contribute nothing, the tokens that only use other
+// ranks' experts are exact, nothing is NaN, and the next forward is clean.
+TEST_P(EpEmulation, CapacityOverflowIsReportedNotCorrupting) {
+  const int R = GetParam();
+  if (R < 2) GTEST_SKIP() << "needs a second rank whose tokens stay within capacity";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  MoeConfig cfg = ep_test_config();
+  cfg.experts = 32;
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 2);
+  const int64_t T = 16, H = cfg.hidden, k = cfg.top_k, epr = cfg.experts / R;
+  const std::vector<float> x = random_normal(rng, T * H);
+  // First half: every slot to rank 0 (8 * k = 32 pairs > capacity 12).
+  // Second half: every slot to rank 1 (32 pairs > 12 too) -> use k = 1 slot there.
+  EpRouting r = random_routing(rng, T, k, 0, epr, 0.0);
+  const EpRouting r1 = random_routing(rng, T, k, epr, 2 * epr, 0.0);
+  for (int64_t t = T / 2; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) r.ids[size_t(t * k + j)] = j == 0 ? r1.ids[size_t(t * k)] : -1;
+  const int64_t capacity = 12;  // rank 1 receives T/2 = 8 pairs: fits
+  EpCudaEmulation ep(w, R, EpCudaOptions{T, capacity, 0.0f, false, false});
+  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  try {
+    ep.sync_errors();
+    ADD_FAILURE() << "capacity overflow was not reported";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("receive capacity 12 exceeded"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(count_non_finite(y), 0) << "dropped pairs must contribute nothing, not garbage";
+  const std::vector<float> ref = single_device_forward(w, x, T, r);
+  EXPECT_LE(rel_l2(rows_of(y, H, T / 2, T), rows_of(ref, H, T / 2, T)), kTol) << "tokens within capacity";
+
+  // Within capacity again: clean and correct (the error word was cleared).
+  EpRouting ok = r;
+  for (int64_t t = 0; t < T / 2; ++t)
+    for (int64_t j = 1; j < k; ++j) ok.ids[size_t(t * k + j)] = -1;  // rank 0 now gets 8 pairs
+  const std::vector<float> y2 = ep.forward_host(x, T, ok.ids, ok.weights);
+  EXPECT_NO_THROW(ep.sync_errors());
+  EXPECT_LE(rel_l2(y2, single_device_forward(w, x, T, ok)), kTol);
+}
+
+// An id outside [-1, E) is skipped (no access through it) and reported; the
+// rest of that token and the other tokens are unaffected.
+TEST_P(EpEmulation, OutOfRangeExpertIdIsReported) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 3);
+  const int64_t T = 9, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.0);
+  EpRouting as_none = r;
+  r.ids[1] = int32_t(cfg.experts + 3);
+  r.ids[size_t(5 * k + 2)] = -7;
+  as_none.ids[1] = -1;
+  as_none.ids[size_t(5 * k + 2)] = -1;
+  EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
+  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  try {
+    ep.sync_errors();
+    ADD_FAILURE() << "out-of-range expert id was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert id outside [-1, E=16)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(count_non_finite(y), 0);
+  EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, as_none)), kTol);
+}
+
+// NaN in one token's activations: only that token's output is NaN.
+TEST_P(EpEmulation, NanStaysInItsToken) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 4);
+  const int64_t T = 12, H = cfg.hidden, bad = 5;
+  std::vector<float> x = random_normal(rng, T * H);
+  x[size_t(bad * H + 17)] = NAN;
+  const EpRouting r = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.0);
+  EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
+  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t nan = count_non_finite(rows_of(y, H, t, t + 1));
+    if (t == bad)
+      EXPECT_GT(nan, 0) << "token " << t;
+    else
+      EXPECT_EQ(nan, 0) << "token " << t;
+  }
+  std::vector<float> clean = x;
+  clean[size_t(bad * H + 17)] = 0.0f;
+  const std::vector<float> ref = single_device_forward(w, clean, T, r);
+  EXPECT_LE(rel_l2(rows_of(y, H, 0, bad), rows_of(ref, H, 0, bad)), kTol);
+  EXPECT_LE(rel_l2(rows_of(y, H, bad + 1, T), rows_of(ref, H, bad + 1, T)), kTol);
+}
+
+// Outputs poisoned before the run are all written; a CUDA graph of the
+// forward replays to the same bytes.
+TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 5);
+  const int64_t T = 21, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.3);
+  EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
+
+  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
+  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
+  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
+  dx.upload(x.data(), x.size());
+  di.upload(r.ids.data(), r.ids.size());
+  dw.upload(r.weights.data(), r.weights.size());
+  const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
+  dy.upload(poison.data(), poison.size());
+  RoutingArgs ra;
+  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  const TensorView xv = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+
+  cuda::CudaStream stream;
+  ep.forward(xv, ra, out, stream.get());
+  std::vector<uint16_t> eager(size_t(T * H));
+  dy.download(eager.data(), eager.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  int64_t poisoned = 0;
+  for (uint16_t b : eager) poisoned += b == kPoisonBf16;
+  EXPECT_EQ(poisoned, 0) << "outputs left unwritten";
+
+  dy.upload(poison.data(), poison.size(), stream.get());
+  cudaGraph_t graph = nullptr;
+  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  ep.forward(xv, ra, out, stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  std::vector<uint16_t> replay(size_t(T * H));
+  dy.download(replay.data(), replay.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0) << "graph replay differs from eager";
+  ep.sync_errors();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EpEmulation, ::testing::Values(1, 2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& i) { return "R" + std::to_string(i.param); });
+
+// Host-side checks (spec 6): named arguments and values, before any work.
+TEST(EpEmulationErrors, BadInputsAreNamed) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, 7);
+  try {
+    EpCudaEmulation bad(w, 3);
+    ADD_FAILURE() << "E=16 over R=3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("E=16 not divisible by ranks R=3"), std::string::npos) << e.what();
+  }
+  EpCudaEmulation ep(w, 2, EpCudaOptions{4, 0, 0.0f, false, false});
+  const int64_t H = cfg.hidden, k = cfg.top_k;
+  auto expect_error = [&](int64_t T, const std::vector<int32_t>& ids, const char* what) {
+    try {
+      ep.forward_host(std::vector<float>(size_t(T * H), 0.5f), T, ids, std::vector<float>(ids.size(), 1.0f));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(9, std::vector<int32_t>(size_t(9 * k), 0), "T=9 tokens exceed the capacity of 8 tokens");
+  expect_error(2, std::vector<int32_t>(size_t(2 * k + 1), 0), "topk_ids/topk_weights have 9/9 values, expected T*k = 8");
+}
+
+}  // namespace
+}  // namespace nvfp4moe::test

@@ -1,0 +1,198 @@
+// Expert parallelism over NCCL symmetric memory: R = 1 in this process (NCCL
+// refuses two ranks on one GPU), and R = 2..8 ranks in separate processes on
+// a multi-GPU machine, each rank's output against the single-GPU result.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/cuda_check.hpp"
+#include "ep/nccl_launcher.hpp"
+#include "test_ep_util.hpp"
+
+namespace nvfp4moe::test {
+namespace {
+
+constexpr double kTol = 1e-2;
+
+bool nccl_usable() { return gpu_available() && nccl_ep_available() && !ep::rank_env(); }
+
+TEST(EpNccl, SingleRankMatchesEmulationAndSingleGpu) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed ^ 0xacc);
+  const int64_t T = 29, H = cfg.hidden;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.2);
+
+  ep::NcclComm comm = ep::NcclComm::single_rank();
+  EpCudaOptions o;
+  o.max_tokens_per_rank = 32;
+  NcclEpMoe nccl(comm.get(), w, o);
+  EXPECT_EQ(nccl.rank(), 0);
+  EXPECT_EQ(nccl.ranks(), 1);
+  EpCudaEmulation emu(w, 1, o);
+  EXPECT_EQ(nccl.symm_bytes(), emu.segment_bytes()) << "one layout for both transports";
+
+  const std::vector<float> y = nccl.forward_host(x, T, r.ids, r.weights);
+  nccl.sync_errors();
+  EXPECT_EQ(count_non_finite(y), 0);
+  EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
+  const std::vector<float> y_emu = emu.forward_host(x, T, r.ids, r.weights);
+  EXPECT_EQ(std::memcmp(y.data(), y_emu.data(), y.size() * 4), 0) << "NCCL R=1 differs from the emulation R=1";
+
+  // A second forward on the same buffers (flags, counters reset by staging).
+  const EpRouting r2 = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.5);
+  const std::vector<float> y2 = nccl.forward_host(x, T, r2.ids, r2.weights);
+  nccl.sync_errors();
+  EXPECT_LE(rel_l2(y2, single_device_forward(w, x, T, r2)), kTol);
+}
+
+TEST(EpNccl, SingleRankReportsCapacityAndBadIds) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 9);
+  const int64_t T = 10, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.0);
+  r.ids[3] = 1000;
+  ep::NcclComm comm = ep::NcclComm::single_rank();
+  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, /*recv_capacity=*/7, 0.0f, false, false});
+  const std::vector<float> y = nccl.forward_host(x, T, r.ids, r.weights);
+  try {
+    nccl.sync_errors();
+    ADD_FAILURE() << "errors not reported";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("expert parallel rank 0 of 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expert id outside [-1, E=16)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("receive capacity 7 exceeded"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(count_non_finite(y), 0);
+  EXPECT_NO_THROW(nccl.sync_errors()) << "the error word is cleared once reported";
+
+  // A slice that is neither the full layer nor this rank's experts.
+  MoeWeights half = w;
+  half.experts = w.experts.slice(0, 8);
+  try {
+    NcclEpMoe bad(comm.get(), half, EpCudaOptions{});
+    ADD_FAILURE() << "wrong slice accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected the full layer or exactly [0, 16)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EpNccl, SingleRankReplaysAsGraph) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 11);
+  const int64_t T = 13, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.25);
+  ep::NcclComm comm = ep::NcclComm::single_rank();
+  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, 0, 0.0f, false, false});
+  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
+  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
+  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
+  dx.upload(x.data(), x.size());
+  di.upload(r.ids.data(), r.ids.size());
+  dw.upload(r.weights.data(), r.weights.size());
+  const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
+  RoutingArgs ra;
+  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  const TensorView xv = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+  cuda::CudaStream stream;
+  dy.upload(poison.data(), poison.size(), stream.get());
+  nccl.forward(xv, ra, out, stream.get());
+  std::vector<uint16_t> eager(size_t(T * H)), replay(size_t(T * H));
+  dy.download(eager.data(), eager.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  for (uint16_t b : eager) ASSERT_NE(b, kPoisonBf16) << "output left unwritten";
+
+  dy.upload(poison.data(), poison.size(), stream.get());
+  cudaGraph_t graph = nullptr;
+  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  nccl.forward(xv, ra, out, stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  dy.download(replay.data(), replay.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0);
+  nccl.sync_errors();
+}
+
+// ---- R GPUs, one process each ----------------------------------------------------
+
+constexpr const char* kEnvSeed = "NVFP4MOE_EP_TEST_SEED";
+
+// The parent: starts R copies of this binary running only the worker below.
+TEST(EpMultiGpu, EveryRankMatchesSingleGpu) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs CUDA devices and a build with NCCL";
+  int devices = 0;
+  NVFP4_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs at least 2 GPUs, found " << devices;
+  const int R = devices >= 8 ? 8 : devices >= 4 ? 4 : 2;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  setenv(kEnvSeed, std::to_string(seed).c_str(), 1);
+  EXPECT_EQ(ep::launch_ranks(R, {"nvfp4moe_gpu_tests", "--gtest_filter=EpMultiGpuWorker.*"}), 0);
+}
+
+// One rank (runs only when launched by the test above): the whole batch is
+// generated from the shared seed on every rank; this rank's chunk goes
+// through NcclEpMoe and must match the single-GPU layer and the emulation.
+TEST(EpMultiGpuWorker, Rank) {
+  const std::optional<ep::RankEnv> env = ep::rank_env();
+  if (!env) GTEST_SKIP() << "runs only inside launch_ranks";
+  const char* s = std::getenv(kEnvSeed);
+  const uint64_t seed = s ? std::strtoull(s, nullptr, 10) : 1;
+  const int R = env->world, me = env->rank;
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R) + " rank=" + std::to_string(me));
+  ep::NcclComm comm(*env);
+  MoeConfig cfg = ep_test_config();
+  cfg.experts = 32;
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  MoeWeights mine = w;  // odd ranks get only their slice, even ranks the full layer
+  if (me % 2) mine.experts = w.experts.slice(int64_t(me) * (cfg.experts / R), cfg.experts / R);
+  Rng rng(seed ^ 0x3a3a);
+  const int64_t T = 8 * R + 3, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting routings[2] = {random_routing(rng, T, k, 0, cfg.experts, 0.15),
+                                 random_routing(rng, T, k, cfg.experts - cfg.experts / R, cfg.experts, 0.0)};
+  NcclEpMoe nccl(comm.get(), mine, EpCudaOptions{16, 0, 0.0f, false, false});
+  EpCudaEmulation emu(w, R, EpCudaOptions{16, 0, 0.0f, false, false});
+  const int64_t b = ep_token_begin(T, R, me), e = ep_token_begin(T, R, me + 1);
+  for (const EpRouting& r : routings) {
+    EpRouting chunk;
+    chunk.ids.assign(r.ids.begin() + b * k, r.ids.begin() + e * k);
+    chunk.weights.assign(r.weights.begin() + b * k, r.weights.begin() + e * k);
+    const std::vector<float> xc = rows_of(x, H, b, e);
+    const std::vector<float> y = nccl.forward_host(xc, e - b, chunk.ids, chunk.weights);
+    nccl.sync_errors();
+    EXPECT_EQ(count_non_finite(y), 0);
+    EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol);
+    const std::vector<float> y_emu = rows_of(emu.forward_host(x, T, r.ids, r.weights), H, b, e);
+    EXPECT_LE(rel_l2(y, y_emu), 1e-6) << "NCCL rank differs from the emulated rank";
+  }
+}
+
+}  // namespace
+}  // namespace nvfp4moe::test

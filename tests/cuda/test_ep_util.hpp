@@ -1,0 +1,89 @@
+// Helpers of the expert-parallel GPU tests: a small DeepSeek-V4-shaped layer,
+// random routing (GLOBAL ids, distinct per token, -1 slots), the single-GPU
+// result through the public Moe API, and comparisons that print parameters.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "nvfp4moe/ep_cuda.hpp"
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe::test {
+
+// Small enough for the CPU reference, with every feature of the layer on:
+// shared expert, SwiGLU limit, H != I, E divisible by 1, 2, 4, 8.
+inline MoeConfig ep_test_config() {
+  MoeConfig c = dsv4_pro_config();
+  c.hidden = 256;
+  c.intermediate = 96;
+  c.experts = 16;
+  c.top_k = 4;
+  c.routed_scaling_factor = 1.5f;
+  return c;
+}
+
+struct EpRouting {
+  std::vector<int32_t> ids;  // [T, k] GLOBAL, -1 = none
+  std::vector<float> weights;
+};
+
+// Distinct ids per token drawn from [lo, hi) (hi - lo >= k), each slot -1
+// with probability p_none.
+inline EpRouting random_routing(Rng& rng, int64_t T, int64_t k, int64_t lo, int64_t hi, double p_none) {
+  EpRouting r;
+  r.ids.resize(size_t(T * k));
+  r.weights.resize(size_t(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> pool;
+    for (int64_t e = lo; e < hi; ++e) pool.push_back(int32_t(e));
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t pick = j + rng.below(int64_t(pool.size()) - j);
+      std::swap(pool[size_t(j)], pool[size_t(pick)]);
+      r.ids[size_t(t * k + j)] = rng.uniform() < p_none ? -1 : pool[size_t(j)];
+      r.weights[size_t(t * k + j)] = rng.uniform(0.1f, 1.0f);
+    }
+  }
+  return r;
+}
+
+// The single-GPU MoE (CUDA backend) or, if it cannot be built, the CPU one,
+// on the same routing: the result every expert-parallel run must match.
+inline std::vector<float> single_device_forward(const MoeWeights& w, const std::vector<float>& x, int64_t T,
+                                                const EpRouting& r, std::string* which = nullptr) {
+  std::unique_ptr<Moe> moe;
+  try {
+    MoeOptions o;
+    o.backend = Backend::Cuda;
+    o.max_tokens = std::max<int64_t>(T, 1);
+    moe = std::make_unique<Moe>(w, o);
+    if (which) *which = "cuda";
+  } catch (const Error&) {
+    moe = std::make_unique<Moe>(w, MoeOptions{});
+    if (which) *which = "cpu";
+  }
+  return moe->forward_host(x, T, &r.ids, &r.weights);
+}
+
+inline std::vector<float> cpu_forward(const MoeWeights& w, const std::vector<float>& x, int64_t T, const EpRouting& r) {
+  Moe moe(w, MoeOptions{});
+  return moe.forward_host(x, T, &r.ids, &r.weights);
+}
+
+inline int64_t count_non_finite(const std::vector<float>& v) {
+  int64_t n = 0;
+  for (float f : v) n += !std::isfinite(f);
+  return n;
+}
+
+// Rows [t0, t1) of a [T, H] matrix.
+inline std::vector<float> rows_of(const std::vector<float>& m, int64_t H, int64_t t0, int64_t t1) {
+  return std::vector<float>(m.begin() + t0 * H, m.begin() + t1 * H);
+}
+
+}  // namespace nvfp4moe::test
