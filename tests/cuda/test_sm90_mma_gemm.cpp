@@ -1,0 +1,415 @@
+// sm90_nvfp4_mma_gemm (the decode GEMM) against a scalar FP64 reference of
+// its contract, on fresh random inputs; and its fragment layout, on the host.
+//
+// The GPU tests build the same GroupedGemmPlan the cuda backend builds
+// (group_pairs on random routing), run every kernel configuration AND the
+// correctness-first sm90_nvfp4_grouped_gemm on poisoned outputs, and check
+// every live output against the reference.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/grouping.hpp"
+#include "cuda/sm90_nvfp4_grouped_gemm.hpp"
+#include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/sm90_nvfp4_mma_layout.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::cuda {
+namespace {
+
+using test::Rng;
+
+float bf16_bits_to_float(uint16_t b) { return fmt::bits_to_float(uint32_t(b) << 16); }
+
+// ---- host: the fragment word ------------------------------------------------
+
+TEST(Sm90MmaLayout, FragmentWordDecodesEveryCodeInEverySlot) {
+  for (int slot = 0; slot < 8; ++slot)
+    for (int code = 0; code < 16; ++code) {
+      uint8_t codes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      codes[slot] = uint8_t(code);
+      uint32_t out[4];
+      unpack_fragment_word(pack_fragment_word(codes), out);
+      for (int s = 0; s < 8; ++s) {
+        const uint16_t half = uint16_t(out[s / 2] >> (16 * (s % 2)));
+        const float got = bf16_bits_to_float(half) * 0x1p126f;
+        const float want = fmt::e2m1_value(codes[s]);
+        EXPECT_EQ(got, want) << "slot " << s << " code 0x" << std::hex << int(codes[s]) << std::dec
+                             << " (planted in slot " << slot << "): bf16 bits 0x" << std::hex << half;
+        // -0 must stay a signed zero (code 8): compare the sign too.
+        EXPECT_EQ(std::signbit(got), (codes[s] & 8) != 0) << "slot " << s << " code " << int(codes[s]);
+      }
+    }
+}
+
+TEST(Sm90MmaLayout, FragmentWordRoundTripsRandomWords) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  for (int it = 0; it < 10000; ++it) {
+    uint8_t codes[8];
+    for (auto& c : codes) c = uint8_t(rng.below(16));
+    uint32_t out[4];
+    unpack_fragment_word(pack_fragment_word(codes), out);
+    for (int s = 0; s < 8; ++s) {
+      const float got = bf16_bits_to_float(uint16_t(out[s / 2] >> (16 * (s % 2)))) * 0x1p126f;
+      ASSERT_EQ(got, fmt::e2m1_value(codes[s])) << "iteration " << it << " slot " << s;
+    }
+  }
+}
+
+TEST(Sm90MmaLayout, PackUnpackRoundTripsBothProjections) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  struct Case {
+    Projection p;
+    int64_t H, I;
+  };
+  // I = 136: m-tiles that are not a power of two; H = 48: three m-tiles of down rows.
+  for (const Case& c : {Case{Projection::GateUp, 256, 136}, Case{Projection::Down, 48, 256}}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << c.H << " I=" << c.I);
+    const int64_t rows = c.p == Projection::GateUp ? 2 * c.I : c.H;
+    const int64_t k = c.p == Projection::GateUp ? c.H : c.I;
+    std::vector<uint8_t> codes(size_t(rows * k / 2)), scales(size_t(rows * k / 16));
+    for (auto& b : codes) b = uint8_t(rng.next());
+    for (auto& b : scales) b = uint8_t(rng.next());
+    const MmaGeometry g = mma_geometry(c.p, c.H, c.I);
+    std::vector<uint8_t> pc(size_t(g.code_bytes_per_expert())), ps(size_t(g.scale_bytes_per_expert()));
+    EXPECT_EQ(int64_t(pc.size()) * 2, rows * k) << "the layout adds no padding";
+    pack_mma_weights(c.p, codes.data(), scales.data(), c.H, c.I, pc.data(), ps.data());
+    std::vector<uint8_t> uc(codes.size(), 0xAA), us(scales.size(), 0xAA);
+    unpack_mma_weights(c.p, pc.data(), ps.data(), c.H, c.I, uc.data(), us.data());
+    EXPECT_BYTES_EQ(uc.data(), codes.data(), int64_t(codes.size()), "codes after pack/unpack");
+    EXPECT_BYTES_EQ(us.data(), scales.data(), int64_t(scales.size()), "scales after pack/unpack");
+  }
+}
+
+TEST(Sm90MmaLayout, GeometryRejectsBadShapesNamingThem) {
+  try {
+    mma_geometry(Projection::Down, 1024, 1000);  // K = I = 1000 not a multiple of 128
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(mma_geometry(Projection::GateUp, 1024, 12), Error);  // I % 8
+}
+
+// ---- GPU: the kernel against the reference ------------------------------------
+
+struct Problem {
+  int64_t H = 1024, I = 1024, E = 3, k = 2, T = 0;
+  float limit = 10.0f;
+  std::vector<int32_t> ids;          // [T, k]
+  std::vector<uint8_t> w13c, w13s;   // [E, 2I, H/2], [E, 2I, H/16]
+  std::vector<uint8_t> w2c, w2s;     // [E, H, I/2], [E, H, I/16]
+  std::vector<float> w13g, w2g;      // [E, 2], [E]
+  std::vector<uint16_t> x;           // [T, H] bf16 operand (value * scale, exact)
+  std::vector<float> gx;             // [T]
+  std::vector<uint16_t> hop;         // [T*k, I] L2 operand rows by PAIR
+  std::vector<float> gh;             // [T*k]
+  std::vector<float> wts;            // [T*k]
+  std::vector<double> h_ref, y_ref;  // [T*k, I], [T*k, H] by pair
+};
+
+// A random value(q) * f32(s) as BF16 (exact by spec section 2).
+uint16_t random_operand(Rng& rng, uint8_t scale) {
+  const float v = fmt::e2m1_value(uint8_t(rng.below(16))) * fmt::e4m3_value(scale);
+  return uint16_t(fmt::float_to_bits(v) >> 16);
+}
+
+void fill_operand(Rng& rng, std::vector<uint16_t>& a, int64_t rows, int64_t cols) {
+  a.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 16; ++b) {
+      const uint8_t s = uint8_t(rng.below(0x7F));  // any finite UE4M3, subnormals and zero included
+      for (int i = 0; i < 16; ++i) a[size_t(r * cols + b * 16 + i)] = random_operand(rng, s);
+    }
+}
+
+// Dequantized weight rows value(q) * f32(s) of [rows, K] linear bytes, in double.
+std::vector<double> dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K) {
+  std::vector<double> w(size_t(rows * K));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < K; ++c) {
+      const uint8_t byte = codes[r * K / 2 + c / 2];
+      w[size_t(r * K + c)] = double(fmt::e2m1_value(uint8_t((c & 1) ? byte >> 4 : byte & 15))) *
+                             double(fmt::e4m3_value(scales[r * K / 16 + c / 16]));
+    }
+  return w;
+}
+
+double dot(const double* w, const uint16_t* a, int64_t K) {
+  double s = 0.0;
+  for (int64_t c = 0; c < K; ++c) s += w[c] * double(bf16_bits_to_float(a[c]));
+  return s;
+}
+
+// The contract in FP64: h = SwiGLU(alpha * W13 a) per pair; y = w_j * alpha * W2 h_op.
+void compute_reference(Problem& p) {
+  const int64_t P = p.T * p.k;
+  p.h_ref.assign(size_t(P * p.I), std::nan(""));
+  p.y_ref.assign(size_t(P * p.H), std::nan(""));
+  for (int64_t e = 0; e < p.E; ++e) {
+    const auto w13 = dequant_ref(p.w13c.data() + e * 2 * p.I * p.H / 2, p.w13s.data() + e * 2 * p.I * p.H / 16, 2 * p.I, p.H);
+    const auto w2 = dequant_ref(p.w2c.data() + e * p.H * p.I / 2, p.w2s.data() + e * p.H * p.I / 16, p.H, p.I);
+    for (int64_t pair = 0; pair < P; ++pair) {
+      if (p.ids[size_t(pair)] != e) continue;
+      const int64_t t = pair / p.k;
+      const double L = p.limit;
+      for (int64_t i = 0; i < p.I; ++i) {
+        double gate = dot(&w13[size_t(i * p.H)], &p.x[size_t(t * p.H)], p.H) * p.gx[size_t(t)] * p.w13g[size_t(2 * e)];
+        double up = dot(&w13[size_t((p.I + i) * p.H)], &p.x[size_t(t * p.H)], p.H) * p.gx[size_t(t)] *
+                    p.w13g[size_t(2 * e + 1)];
+        gate = std::min(gate, L);
+        up = std::max(std::min(up, L), -L);
+        p.h_ref[size_t(pair * p.I + i)] = gate / (1.0 + std::exp(-gate)) * up;
+      }
+      for (int64_t n = 0; n < p.H; ++n)
+        p.y_ref[size_t(pair * p.H + n)] = dot(&w2[size_t(n * p.I)], &p.hop[size_t(pair * p.I)], p.I) *
+                                          p.gh[size_t(pair)] * p.w2g[size_t(e)] * p.wts[size_t(pair)];
+    }
+  }
+}
+
+Problem make_problem(Rng& rng, int64_t T) {
+  Problem p;
+  p.T = T;
+  p.ids.assign(size_t(T * p.k), -1);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t a = int32_t(rng.below(p.E)), b = int32_t((a + 1 + rng.below(p.E - 1)) % p.E);
+    p.ids[size_t(t * p.k)] = a;
+    p.ids[size_t(t * p.k + 1)] = rng.below(8) == 0 ? -1 : b;  // some empty slots
+  }
+  auto bytes = [&](std::vector<uint8_t>& v, int64_t n, bool scale) {
+    v.resize(size_t(n));
+    for (auto& b : v) b = scale ? uint8_t(rng.below(0x7F)) : uint8_t(rng.next());
+  };
+  bytes(p.w13c, p.E * 2 * p.I * p.H / 2, false);
+  bytes(p.w13s, p.E * 2 * p.I * p.H / 16, true);
+  bytes(p.w2c, p.E * p.H * p.I / 2, false);
+  bytes(p.w2s, p.E * p.H * p.I / 16, true);
+  for (int64_t i = 0; i < 2 * p.E; ++i) p.w13g.push_back(rng.uniform(0.5f, 2.0f) * 1e-3f);
+  for (int64_t i = 0; i < p.E; ++i) p.w2g.push_back(rng.uniform(0.5f, 2.0f) * 1e-3f);
+  fill_operand(rng, p.x, T, p.H);
+  for (int64_t t = 0; t < T; ++t) p.gx.push_back(rng.uniform(0.5f, 2.0f) * 1e-2f);
+  fill_operand(rng, p.hop, T * p.k, p.I);
+  for (int64_t i = 0; i < T * p.k; ++i) p.gh.push_back(rng.uniform(0.5f, 2.0f) * 1e-2f);
+  for (int64_t i = 0; i < T * p.k; ++i) p.wts.push_back(rng.uniform(0.1f, 1.0f));
+  compute_reference(p);
+  return p;
+}
+
+template <typename T>
+DeviceBuffer<T> to_device(const std::vector<T>& v) {
+  DeviceBuffer<T> d(std::max<size_t>(1, v.size()));
+  d.upload(v.data(), v.size());
+  return d;
+}
+
+// Relative L2 error of `got` against the finite entries of `want`; counts
+// non-finite `got` where `want` is finite (unwritten or wrong NaN).
+double compare(const std::vector<float>& got, const std::vector<double>& want, int64_t& bad) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) continue;
+    if (!std::isfinite(got[i])) {
+      if (bad++ < 3) ADD_FAILURE() << "element " << i << " not written or not finite: " << got[i];
+      continue;
+    }
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+// Runs L1 (gate/up + SwiGLU) and L2 (down x w_j) with one kernel choice on
+// poisoned outputs and compares with the FP64 reference; n_tiles == 0 runs the
+// correctness-first sm90_nvfp4_grouped_gemm instead.
+void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* what, int64_t nan_token = -1) {
+  SCOPED_TRACE(::testing::Message() << what << " T=" << p.T << " " << cfg);
+  const int64_t P = p.T * p.k;
+  auto d_ids = to_device(p.ids);
+  DeviceBuffer<int32_t> offsets(static_cast<size_t>(p.E + 1)), pair_of_pos(static_cast<size_t>(P)), pos_of_pair(static_cast<size_t>(P)),
+      expert_of_pos(static_cast<size_t>(P)), num_tiles(1);
+  const int64_t max_tiles = max_gemm_tiles(P, p.E, kGemmTileTokens);
+  DeviceBuffer<GemmTile> tiles(static_cast<size_t>(max_tiles));
+  DeviceBuffer<uint32_t> err(4);
+  NVFP4_CUDA_CHECK(cudaMemset(err.get(), 0, 16));
+  GroupingArgs ga;
+  ga.topk_ids = d_ids.get();
+  ga.tokens = p.T;
+  ga.top_k = int(p.k);
+  ga.experts = p.E;
+  ga.local_experts = p.E;
+  ga.tile_rows = kGemmTileTokens;
+  ga.offsets = offsets.get();
+  ga.pair_of_pos = pair_of_pos.get();
+  ga.pos_of_pair = pos_of_pair.get();
+  ga.expert_of_pos = expert_of_pos.get();
+  ga.tiles = tiles.get();
+  ga.num_tiles = num_tiles.get();
+  ga.error_word = err.get();
+  group_pairs(ga, nullptr);
+  std::vector<int32_t> h_pos_of_pair(static_cast<size_t>(P));
+  pos_of_pair.download(h_pos_of_pair.data(), size_t(P));
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // The L2 operand and its g by POSITION, as the backend's requantize writes them.
+  std::vector<uint16_t> hop_pos(size_t(P * p.I), 0x7FC0);  // rows of empty positions: NaN, never read
+  std::vector<float> gh_pos(size_t(P), std::nanf(""));
+  for (int64_t pair = 0; pair < P; ++pair) {
+    const int32_t pos = h_pos_of_pair[size_t(pair)];
+    if (pos < 0) continue;
+    std::memcpy(&hop_pos[size_t(pos * p.I)], &p.hop[size_t(pair * p.I)], size_t(p.I) * 2);
+    gh_pos[size_t(pos)] = p.gh[size_t(pair)];
+  }
+
+  // Weights in the kernel's layout.
+  const bool simple = cfg.n_tiles == 0;
+  const MmaGeometry g1 = mma_geometry(Projection::GateUp, p.H, p.I), g2 = mma_geometry(Projection::Down, p.H, p.I);
+  const PackedGeometry q1 = packed_geometry(Projection::GateUp, p.H, p.I), q2 = packed_geometry(Projection::Down, p.H, p.I);
+  std::vector<uint8_t> c1, s1, c2, s2;
+  for (int64_t e = 0; e < p.E; ++e) {
+    const uint8_t* wc1 = p.w13c.data() + e * 2 * p.I * p.H / 2;
+    const uint8_t* ws1 = p.w13s.data() + e * 2 * p.I * p.H / 16;
+    const uint8_t* wc2 = p.w2c.data() + e * p.H * p.I / 2;
+    const uint8_t* ws2 = p.w2s.data() + e * p.H * p.I / 16;
+    const size_t o1 = c1.size(), t1 = s1.size(), o2 = c2.size(), t2 = s2.size();
+    if (simple) {
+      c1.resize(o1 + size_t(q1.bytes_per_expert()));
+      c2.resize(o2 + size_t(q2.bytes_per_expert()));
+      pack_expert_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1);
+      pack_expert_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2);
+    } else {
+      c1.resize(o1 + size_t(g1.code_bytes_per_expert()));
+      s1.resize(t1 + size_t(g1.scale_bytes_per_expert()));
+      c2.resize(o2 + size_t(g2.code_bytes_per_expert()));
+      s2.resize(t2 + size_t(g2.scale_bytes_per_expert()));
+      pack_mma_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1, s1.data() + t1);
+      pack_mma_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2, s2.data() + t2);
+    }
+  }
+  auto dc1 = to_device(c1), ds1 = to_device(s1), dc2 = to_device(c2), ds2 = to_device(s2);
+  auto dx = to_device(p.x), dhop = to_device(hop_pos);
+  auto dgx = to_device(p.gx), dgh = to_device(gh_pos), dwts = to_device(p.wts);
+  auto dw13g = to_device(p.w13g), dw2g = to_device(p.w2g);
+  DeviceBuffer<float> h(size_t(P * p.I)), y(size_t(P * p.H));
+  NVFP4_CUDA_CHECK(cudaMemset(h.get(), 0xFF, h.bytes()));  // NaN poison
+  NVFP4_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.bytes()));
+
+  GroupedGemmPlan l1;
+  l1.projection = Projection::GateUp;
+  l1.weights = dc1.get();
+  l1.geometry = q1;
+  l1.n_valid = p.I;
+  l1.w_global = dw13g.get();
+  l1.act = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  l1.ld_act = p.H;
+  l1.pair_of_pos = pair_of_pos.get();
+  l1.top_k = int(p.k);
+  l1.act_g = dgx.get();
+  l1.tiles = tiles.get();
+  l1.num_tiles = num_tiles.get();
+  l1.max_tiles = max_tiles;
+  l1.h_out = h.get();
+  l1.ld_h = p.I;
+  l1.has_limit = true;
+  l1.limit = p.limit;
+  GroupedGemmPlan l2 = l1;
+  l2.projection = Projection::Down;
+  l2.weights = dc2.get();
+  l2.geometry = q2;
+  l2.n_valid = p.H;
+  l2.w_global = dw2g.get();
+  l2.act = reinterpret_cast<const __nv_bfloat16*>(dhop.get());
+  l2.ld_act = p.I;
+  l2.act_g = dgh.get();
+  l2.h_out = nullptr;
+  l2.y_pair = y.get();
+  l2.topk_weights = dwts.get();
+  if (simple) {
+    sm90_nvfp4_grouped_gemm(l1, nullptr);
+    sm90_nvfp4_grouped_gemm(l2, nullptr);
+  } else {
+    sm90_nvfp4_mma_gemm(l1, MmaWeights{dc1.get(), ds1.get(), g1}, cfg, nullptr);
+    sm90_nvfp4_mma_gemm(l2, MmaWeights{dc2.get(), ds2.get(), g2}, cfg, nullptr);
+  }
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+
+  // h is by position: gather it by pair for the comparison.
+  std::vector<float> hh(size_t(P * p.I)), yy(size_t(P * p.H)), h_pair(size_t(P * p.I), std::nanf(""));
+  h.download(hh.data(), hh.size());
+  y.download(yy.data(), yy.size());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int64_t pair = 0; pair < P; ++pair)
+    if (const int32_t pos = h_pos_of_pair[size_t(pair)]; pos >= 0)
+      std::memcpy(&h_pair[size_t(pair * p.I)], &hh[size_t(pos * p.I)], size_t(p.I) * 4);
+  int64_t bad = 0;
+  EXPECT_LT(compare(h_pair, p.h_ref, bad), 1e-5) << "L1 (gate/up + SwiGLU) relative L2 error";
+  EXPECT_LT(compare(yy, p.y_ref, bad), 1e-5) << "L2 (down x w_j) relative L2 error";
+  EXPECT_EQ(bad, 0);
+  if (nan_token >= 0)
+    for (int64_t pair = nan_token * p.k; pair < (nan_token + 1) * p.k; ++pair)
+      if (p.ids[size_t(pair)] >= 0)
+        for (int64_t i = 0; i < p.I; i += 97)
+          EXPECT_TRUE(std::isnan(h_pair[size_t(pair * p.I + i)])) << "token " << nan_token << " pair " << pair << " i " << i;
+  // Rows of empty slots are never written: they stay poisoned.
+  for (int64_t pair = 0; pair < P; ++pair)
+    if (p.ids[size_t(pair)] < 0) EXPECT_TRUE(std::isnan(yy[size_t(pair * p.H)])) << "y row of empty slot " << pair;
+}
+
+class Sm90MmaGemm : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Sm90MmaGemm, MatchesFp64ReferenceInEveryConfiguration) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const Problem p = make_problem(rng, GetParam());
+  const Sm90MmaGemmConfig configs[] = {{1, 1, 0}, {2, 1, 0}, {4, 1, 0}, {2, 2, 0}, {4, 2, 0}, {1, 1, 7}};
+  for (const auto& c : configs) run_and_check(p, c, "mma");
+  run_and_check(p, Sm90MmaGemmConfig{0, 0, 0}, "correctness-first kernel");
+}
+
+// T=1: one token; 5: under an n8 tile; 40: token groups not a multiple of 8;
+// 100: an expert with more than one 64-position work tile.
+INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemm, ::testing::Values(1, 5, 40, 100));
+
+// A NaN in one token's operand reaches that token's outputs only (spec 6).
+TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  Problem p = make_problem(rng, 12);
+  p.x[size_t(3 * p.H + 100)] = 0x7FC0;  // token 3
+  for (int64_t pair = 0; pair < p.T * p.k; ++pair)
+    if (pair / p.k == 3 && p.ids[size_t(pair)] >= 0)
+      for (int64_t i = 0; i < p.I; ++i) p.h_ref[size_t(pair * p.I + i)] = std::nan("");  // excluded from the error
+  // run_and_check requires every other token finite and accurate; token 3's h must be NaN.
+  run_and_check(p, Sm90MmaGemmConfig{2, 1, 0}, "nan", 3);
+}
+
+TEST(Sm90MmaGemmChecks, RejectsUnsupportedKNamingIt) {
+  GroupedGemmPlan plan;
+  plan.projection = Projection::Down;
+  MmaGeometry g{64, 2};  // K = 128: not a multiple of 1024
+  uint8_t dummy = 0;
+  try {
+    sm90_nvfp4_mma_gemm(plan, MmaWeights{&dummy, &dummy, g}, Sm90MmaGemmConfig{}, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K=128"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nvfp4moe::cuda
