@@ -38,6 +38,9 @@ start=$(date +%s)
 cmake -S . -B build-device-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_TESTS=OFF \
   -DNVFP4MOE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" 2>&1 | tee "$LOGS/py_configure.log" | grep "nvfp4moe:"
 grep -q "CUDA backend ON" "$LOGS/py_configure.log" || { echo "nvcc not found: the CUDA build is required here" >&2; exit 1; }
+grep -q "Python module ON" "$LOGS/py_configure.log" || {
+  echo "the Python module was not configured (Python headers or nanobind missing):" >&2
+  grep -i "python" "$LOGS/py_configure.log" >&2; exit 1; }
 ninja -C build-device-py -j "$JOBS" nvfp4moe_C nvfp4moe_cli > "$LOGS/py_build.log" 2>&1 || { tail -40 "$LOGS/py_build.log"; exit 1; }
 summary+=("build: $(( $(date +%s) - start )) s")
 
