@@ -1,9 +1,287 @@
-// Placeholder until this subcommand lands.
+// `nvfp4moe bench`: times the cuda forward of a DeepSeek-V4-Pro MoE layer and
+// sets it against a roofline whose ceilings (HBM read bandwidth, dense BF16
+// GEMM rate) are measured in the same run.
+//
+// Workloads (caller-supplied uniform routing, so the router is not timed):
+//   ep8: one rank of 8 — a Moe of 48 local experts (of 384) fed the pairs it
+//        receives from 8T tokens x top-6 (slots of other ranks' experts -1,
+//        tokens with no local slot dropped); routed experts only, as the
+//        per-rank local compute of an expert-parallel layer;
+//   ep1: all 384 experts and the shared expert on one GPU, T tokens.
+// Weights are random code bytes and sane scale bytes made directly (14 GB for
+// 384 experts), never quantized from dense values. Each timed forward uses the
+// next of several routing/input sets so caches hold nothing useful between runs.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "nvfp4moe/error.hpp"
+#include "nvfp4moe/moe.hpp"
+
+#ifdef NVFP4MOE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/bench_ceilings.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/random_weights.hpp"
+#endif
 
 namespace nvfp4moe::cli {
-int cmd_bench(int, char**) { std::fprintf(stderr, "not implemented yet\n"); return 2; }
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: nvfp4moe bench [--workload ep8|ep1|both] [--tokens 1,8,64,512,2048,8192]\n"
+    "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n";
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    NVFP4_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos,
+                "--tokens: '", item, "' is not a positive integer");
+    v.push_back(std::stoll(item));
+    NVFP4_CHECK(v.back() > 0, "--tokens: token counts must be > 0, got ", v.back());
+  }
+  NVFP4_CHECK(!v.empty(), "--tokens: empty list");
+  return v;
+}
+
+#ifdef NVFP4MOE_HAS_CUDA
+
+using cuda::DeviceBuffer;
+
+struct Splitmix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// One forward's inputs on the device.
+struct InputSet {
+  int64_t tokens = 0, pairs = 0, experts_touched = 0;
+  DeviceBuffer<uint16_t> x;  // bf16 [T, H]
+  DeviceBuffer<int32_t> ids;
+  DeviceBuffer<float> weights;
+};
+
+// Routing for `src_tokens` tokens x top-k of E (distinct per token, uniform);
+// slots outside [first, first+count) -> -1; with drop_empty, tokens without a
+// local slot are dropped (the ep8 rank's view).
+InputSet make_input(Splitmix& rng, int64_t src_tokens, const MoeConfig& c, int64_t first, int64_t count,
+                    bool drop_empty) {
+  const int64_t k = c.top_k, H = c.hidden;
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  std::vector<char> touched(size_t(count), 0);
+  InputSet in;
+  for (int64_t t = 0; t < src_tokens; ++t) {
+    int32_t row[64];
+    bool any = false;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        e = int32_t(rng.next() % uint64_t(c.experts));
+        dup = false;
+        for (int64_t i = 0; i < j; ++i) dup |= row[i] == e;
+      } while (dup);
+      row[j] = e;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const bool local = row[j] >= first && row[j] < first + count;
+      if (!local) row[j] = -1;
+      any |= local;
+    }
+    if (drop_empty && !any) continue;
+    for (int64_t j = 0; j < k; ++j) {
+      ids.push_back(row[j]);
+      w.push_back(1.5f / float(k));
+      if (row[j] >= 0) {
+        ++in.pairs;
+        touched[size_t(row[j] - first)] = 1;
+      }
+    }
+  }
+  if (ids.empty()) {  // keep one token so the forward has something to do
+    ids.assign(size_t(k), -1);
+    w.assign(size_t(k), 0.0f);
+  }
+  in.tokens = int64_t(ids.size()) / k;
+  for (char t : touched) in.experts_touched += t;
+  std::vector<uint16_t> x(size_t(in.tokens * H));
+  for (auto& v : x) {  // ~N(0,1)-ish: sum of uniforms
+    const uint64_t r = rng.next();
+    const float f = (float(r & 0xffff) + float((r >> 16) & 0xffff) + float((r >> 32) & 0xffff) - 98302.5f) / 32768.0f;
+    v = bf16_from_float(f).bits;
+  }
+  in.x = DeviceBuffer<uint16_t>(x.size());
+  in.x.upload(x.data(), x.size());
+  in.ids = DeviceBuffer<int32_t>(ids.size());
+  in.ids.upload(ids.data(), ids.size());
+  in.weights = DeviceBuffer<float>(w.size());
+  in.weights.upload(w.data(), w.size());
+  return in;
+}
+
+struct Row {
+  std::string workload;
+  int64_t T = 0, tokens_in = 0, pairs = 0, experts = 0;
+  double us = 0, bytes = 0, flops = 0, roof_us = 0;
+};
+
+struct Ceilings {
+  double read_bps = 0, bf16_flops = 0;
+};
+
+void run_workload(const std::string& name, const std::vector<int64_t>& tlist, int iters, int warmup, uint64_t seed,
+                  int device, const Ceilings& ceil, std::vector<Row>& rows) {
+  const bool ep8 = name == "ep8";
+  MoeConfig c = dsv4_pro_config();
+  const int64_t first = 0, count = ep8 ? c.experts / 8 : c.experts;
+  if (ep8) c.shared_experts = 0;  // per-rank local routed compute
+  const int64_t H = c.hidden, I = c.intermediate, k = c.top_k;
+
+  // Inputs first (their sizes decide max_tokens): a few sets per T, rotated.
+  Splitmix rng{seed};
+  std::vector<std::vector<InputSet>> sets;
+  int64_t max_tokens = 1;
+  for (int64_t T : tlist) {
+    const int n_sets = T <= 64 ? 8 : (T <= 2048 ? 3 : 2);
+    sets.emplace_back();
+    for (int s = 0; s < n_sets; ++s) {
+      sets.back().push_back(make_input(rng, ep8 ? 8 * T : T, c, first, count, ep8));
+      max_tokens = std::max(max_tokens, sets.back().back().tokens);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  MoeWeights w = cuda::make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
+  MoeOptions o;
+  o.backend = Backend::Cuda;
+  o.device = device;
+  o.max_tokens = max_tokens;
+  Moe moe(std::move(w), o);
+  std::fprintf(stderr, "[%s] %lld experts generated and uploaded in %.1f s (max_tokens %lld)\n", name.c_str(),
+               (long long)count, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               (long long)max_tokens);
+
+  const double expert_bytes = double(3 * H * I) * 0.5625;  // codes + UE4M3 scales
+  const double shared_bytes = double(3 * H * c.shared_inter()) * 2.0;
+  DeviceBuffer<uint16_t> y(size_t(max_tokens * H));
+  cuda::CudaStream stream;
+  cuda::CudaEvent a, b;
+  for (size_t ti = 0; ti < tlist.size(); ++ti) {
+    auto& ss = sets[ti];
+    auto forward = [&](InputSet& in) {
+      RoutingArgs r;
+      r.topk_ids = make_view(in.ids.get(), DType::I32, {in.tokens, k}, DeviceKind::Cuda, device);
+      r.topk_weights = make_view(in.weights.get(), DType::F32, {in.tokens, k}, DeviceKind::Cuda, device);
+      ForwardOutputs out;
+      out.y = make_view(y.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device);
+      moe.forward(make_view(in.x.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device), r, out,
+                  stream.get());
+    };
+    for (int i = 0; i < warmup; ++i) forward(ss[size_t(i) % ss.size()]);
+    std::vector<double> us;
+    double pairs = 0, touched = 0, tokens_in = 0;
+    for (int i = 0; i < iters; ++i) {
+      InputSet& in = ss[size_t(i) % ss.size()];
+      NVFP4_CUDA_CHECK(cudaEventRecord(a.get(), stream.get()));
+      forward(in);
+      NVFP4_CUDA_CHECK(cudaEventRecord(b.get(), stream.get()));
+      NVFP4_CUDA_CHECK(cudaEventSynchronize(b.get()));
+      float ms = 0;
+      NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+      us.push_back(ms * 1e3);
+      pairs += double(in.pairs);
+      touched += double(in.experts_touched);
+      tokens_in += double(in.tokens);
+    }
+    moe.sync_errors();
+    std::sort(us.begin(), us.end());
+    Row r;
+    r.workload = name;
+    r.T = tlist[ti];
+    r.us = us[us.size() / 2];
+    r.pairs = int64_t(pairs / iters + 0.5);
+    r.experts = int64_t(touched / iters + 0.5);
+    r.tokens_in = int64_t(tokens_in / iters + 0.5);
+    r.bytes = touched / iters * expert_bytes + (c.shared_experts ? shared_bytes : 0.0);
+    r.flops = pairs / iters * 2.0 * 3.0 * double(H * I) +
+              (c.shared_experts ? 2.0 * 3.0 * double(H * c.shared_inter()) * double(tlist[ti]) : 0.0);
+    r.roof_us = std::max(r.bytes / ceil.read_bps, r.flops / ceil.bf16_flops) * 1e6;
+    rows.push_back(r);
+    std::fprintf(stderr, "[%s] T=%lld done: %.1f us\n", name.c_str(), (long long)r.T, r.us);
+  }
+}
+
+#endif  // NVFP4MOE_HAS_CUDA
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args(argc, argv, {"help"});
+  if (args.has("help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  args.allow_only({"help", "workload", "tokens", "iters", "warmup", "seed", "csv", "device"});
+  const std::string workload = args.get("workload", "both");
+  NVFP4_CHECK(workload == "ep8" || workload == "ep1" || workload == "both", "--workload: '", workload,
+              "', expected ep8, ep1 or both");
+  const std::vector<int64_t> tlist = parse_list(args.get("tokens", "1,8,64,512,2048,8192"));
+  const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
+  NVFP4_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0, got ", iters, " and ", warmup);
+  for (int64_t T : tlist) NVFP4_CHECK(T <= 8192, "--tokens: at most 8192 tokens per row, got ", T);
+#ifndef NVFP4MOE_HAS_CUDA
+  NVFP4_FAIL("bench needs the cuda backend; this build has none");
+#else
+  NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
+  const int device = int(args.get_int("device", 0));
+  NVFP4_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  NVFP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  Ceilings ceil;
+  ceil.read_bps = cuda::measure_read_bandwidth(int64_t(4) << 30, 5);
+  ceil.bf16_flops = cuda::measure_bf16_gemm_flops(8192, 8192, 8192, 5);
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  std::printf("ceilings (measured now): HBM read %.2f TB/s, BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
+              ceil.read_bps / 1e12, ceil.bf16_flops / 1e12);
+  const uint64_t seed = uint64_t(args.get_int("seed", 1234));
+  std::vector<Row> rows;
+  if (workload != "ep1") run_workload("ep8", tlist, iters, warmup, seed, device, ceil, rows);
+  if (workload != "ep8") run_workload("ep1", tlist, iters, warmup, seed + 1, device, ceil, rows);
+
+  std::printf("\n%-5s %6s %7s %7s %4s %11s %9s %9s %11s %11s %9s\n", "work", "T", "rows", "pairs", "exp",
+              "time_us", "GB", "GFLOP", "TFLOP/s", "roof_us", "frac");
+  for (const Row& r : rows)
+    std::printf("%-5s %6lld %7lld %7lld %4lld %11.1f %9.3f %9.1f %11.1f %11.1f %8.1f%%\n", r.workload.c_str(),
+                (long long)r.T, (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us,
+                r.bytes / 1e9, r.flops / 1e9, r.flops / (r.us * 1e-6) / 1e12, r.roof_us, 100.0 * r.roof_us / r.us);
+  if (auto csv = args.value("csv")) {
+    FILE* f = std::fopen(csv->c_str(), "w");
+    NVFP4_CHECK(f, "--csv: cannot open '", *csv, "' for writing");
+    std::fprintf(f, "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f\n", r.workload.c_str(), (long long)r.T,
+                   (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us, r.bytes, r.flops,
+                   r.roof_us, r.roof_us / r.us);
+    std::fclose(f);
+  }
+  return 0;
+#endif
+}
 
 }  // namespace nvfp4moe::cli
