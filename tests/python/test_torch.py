@@ -169,3 +169,54 @@ def test_vllm_adapter_matches_native_loader_gpu(tmp_path, rng):
     from test_vllm import _check_adapter_matches_native
 
     _check_adapter_matches_native(tmp_path, rng, "cuda")
+
+
+def test_torch_cpu_bf16_and_readonly_inputs(rng):
+    x = rng.standard_normal((6, 48)).astype(np.float32)
+    xb = torch.from_numpy(x).to(torch.bfloat16)
+    bits = xb.view(torch.int16).numpy().view(np.uint16)
+    a = nvfp4moe.quantize(xb)
+    b = nvfp4moe.quantize(bits)
+    np.testing.assert_array_equal(a[0].numpy(), b[0])
+    np.testing.assert_array_equal(a[1].view(torch.uint8).numpy(), b[1])
+    ro = x.copy()
+    ro.flags.writeable = False  # inputs may be read-only
+    np.testing.assert_array_equal(nvfp4moe.quantize(ro)[0], nvfp4moe.quantize(x)[0])
+    with pytest.raises(nvfp4moe.Error, match=r"x: must be contiguous"):
+        nvfp4moe.quantize(xb.t().contiguous().t())  # a transposed view, not a copy
+    # Gradients are not tracked through the library: tensors that require grad are detached.
+    g = torch.from_numpy(x).requires_grad_()
+    np.testing.assert_array_equal(nvfp4moe.quantize(g)[0].numpy(), nvfp4moe.quantize(x)[0])
+
+
+@requires_cuda
+def test_gpu_bad_inputs(rng):
+    cfg = make_config(64, 32, 8, 2, 1)
+    t = make_tensors(cfg, rng)
+    moe = nvfp4moe.Moe.from_tensors(cfg, device="cuda", max_tokens=8, **t)
+    with pytest.raises(nvfp4moe.Error, match=r"x: on cpu, but this Moe runs on cuda:0"):
+        moe.forward(torch.zeros(2, 64))
+    with pytest.raises(nvfp4moe.Error, match=r"(?s)9.*8|8.*9"):  # T above the capacity
+        moe.forward(torch.zeros(9, 64, device="cuda"))
+    x = torch.randn(4, 64, device="cuda")
+    ids = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]], dtype=torch.int32, device="cuda")
+    w = torch.full((4, 2), 0.5, device="cuda")
+    with pytest.raises(nvfp4moe.Error, match=r"topk_weights"):
+        moe.forward(x, ids, w.cpu())
+    with pytest.raises(nvfp4moe.Error, match=r"must be contiguous"):
+        moe.forward(torch.randn(64, 4, device="cuda").t(), ids, w)
+    # An expert id outside [-1, E) is skipped on the device and reported by sync_errors.
+    good = ids.clone()
+    good[1, 1] = -1
+    y_good = moe.forward(x, good, w)
+    bad = ids.clone()
+    bad[1, 1] = 8
+    y_bad = moe.forward(x, bad, w)
+    with pytest.raises(nvfp4moe.Error, match=r"expert"):
+        moe.sync_errors()
+    moe.sync_errors()  # the error word was cleared
+    assert torch.equal(y_bad, y_good)
+    with pytest.raises(nvfp4moe.Error, match=r"x: K \(the last dimension\) must be a multiple of 16"):
+        nt.quantize(torch.zeros(4, 40, device="cuda"))
+    with pytest.raises(nvfp4moe.Error, match=r"global_scale: on cpu but x is on cuda:0"):
+        nvfp4moe.quantize(torch.zeros(4, 32, device="cuda"), "static", torch.ones(1))
