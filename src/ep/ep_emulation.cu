@@ -85,7 +85,7 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
     io[r].tokens = int32_t(e - b);
   }
   // Each phase for every rank before the next: stream order = the barriers.
-  for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], which, s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->dispatch(m.peers(), s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->compute(m.own(r), which, s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->push(m.peers(), s);

@@ -2,7 +2,9 @@
 // ep_local_experts.hpp). Compiled WITHOUT fast-math: silu uses expf.
 #include <cuda_bf16.h>
 
+#include "cuda/combine.hpp"
 #include "cuda/quantize_act.hpp"
+#include "cuda/shared_expert.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "ep/ep_local_experts.hpp"
 #include "format/nvfp4_codec.hpp"
@@ -127,10 +129,11 @@ __device__ __forceinline__ float to_f32<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// grid (tokens, ceil(Is / kThreads)); smem: H floats of x.
+// grid (tokens, ceil(Is / kThreads)); smem: H floats of x. w13: gate rows
+// [0, Is), up rows [Is, 2 Is).
 template <typename XT>
-__global__ void ep_shared_l1_ref_kernel(const XT* x, const __nv_bfloat16* w1, const __nv_bfloat16* w3, int64_t H,
-                                        int64_t Is, bool has_limit, float limit, float* h) {
+__global__ void ep_shared_l1_ref_kernel(const XT* x, const __nv_bfloat16* w13, int64_t H, int64_t Is,
+                                        bool has_limit, float limit, float* h) {
   extern __shared__ float row[];
   const int64_t t = blockIdx.x;
   for (int64_t k = threadIdx.x; k < H; k += blockDim.x) row[k] = to_f32(x[t * H + k]);
@@ -139,8 +142,8 @@ __global__ void ep_shared_l1_ref_kernel(const XT* x, const __nv_bfloat16* w1, co
   if (i >= Is) return;
   float gate = 0.0f, up = 0.0f;
   for (int64_t k = 0; k < H; ++k) {
-    gate += row[k] * __bfloat162float(w1[i * H + k]);
-    up += row[k] * __bfloat162float(w3[i * H + k]);
+    gate += row[k] * __bfloat162float(w13[i * H + k]);
+    up += row[k] * __bfloat162float(w13[(Is + i) * H + k]);
   }
   h[t * Is + i] = swiglu(gate, up, has_limit, limit);
 }
@@ -159,11 +162,13 @@ __global__ void ep_shared_l2_ref_kernel(const float* h, const __nv_bfloat16* w2,
 }
 
 template <typename T, typename Src>
-cuda::DeviceBuffer<T> upload(const std::vector<Src>& v) {
+cuda::DeviceBuffer<T> upload(const std::vector<Src>& v, const std::vector<Src>& more = {}) {
   static_assert(sizeof(T) == sizeof(Src), "upload reinterprets bit patterns, never converts");
-  cuda::DeviceBuffer<T> d(v.size());
+  cuda::DeviceBuffer<T> d(v.size() + more.size());
   if (!v.empty())
     NVFP4_CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  if (!more.empty())
+    NVFP4_CUDA_CHECK(cudaMemcpy(d.get() + v.size(), more.data(), more.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -318,13 +323,40 @@ EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cf
   NVFP4_CHECK(w.w1.size() == n && w.w3.size() == n && w.w2.size() == n, "EpSharedExpert: shared expert weights have ",
               w.w1.size(), "/", w.w3.size(), "/", w.w2.size(), " elements (w1/w3/w2), expected ", n, " each (Is=",
               inter_, " H=", hidden_, ")");
-  w1_ = upload<__nv_bfloat16>(w.w1);
-  w3_ = upload<__nv_bfloat16>(w.w3);
+  w13_ = upload<__nv_bfloat16>(w.w1, w.w3);
   w2_ = upload<__nv_bfloat16>(w.w2);
   h_ = cuda::DeviceBuffer<float>(size_t(max_tokens) * inter_);
+  xb_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * hidden_);
+  hb_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * inter_);
+  gate_up_ = cuda::DeviceBuffer<float>(size_t(max_tokens) * 2 * inter_);
+  cublas_ = std::make_unique<cuda::CublasHandle>();
+  cublas_ws_ = cuda::DeviceBuffer<uint8_t>(size_t(32) << 20);  // fixed workspace: graph-capturable
+  NVFP4_CUBLAS_CHECK(cublasSetWorkspace(cublas_->get(), cublas_ws_.get(), cublas_ws_.bytes()));
   allow_smem(ep_shared_l1_ref_kernel<__nv_bfloat16>, size_t(hidden_) * 4);
   allow_smem(ep_shared_l1_ref_kernel<float>, size_t(hidden_) * 4);
   allow_smem(ep_shared_l2_ref_kernel, size_t(inter_) * 4);
+}
+
+void EpSharedExpert::run(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream) {
+  if (!inter_ || tokens == 0) return;
+  const __nv_bfloat16* xb = static_cast<const __nv_bfloat16*>(x);
+  if (!x_is_bf16) {
+    cuda::f32_to_bf16(static_cast<const float*>(x), int64_t(tokens) * hidden_, xb_.get(), stream);
+    xb = xb_.get();
+  }
+  cuda::SharedExpertArgs a;
+  a.x = xb;
+  a.tokens = tokens;
+  a.hidden = hidden_;
+  a.inter = inter_;
+  a.w13 = w13_.get();
+  a.w2 = w2_.get();
+  a.has_limit = limit_.has_value();
+  a.limit = limit_.value_or(0.0f);
+  a.gate_up = gate_up_.get();
+  a.h = hb_.get();
+  a.out = out;
+  cuda::shared_expert_forward(cublas_->get(), a, stream);
 }
 
 void EpSharedExpert::run_ref(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream) {
@@ -332,13 +364,13 @@ void EpSharedExpert::run_ref(const void* x, bool x_is_bf16, int32_t tokens, floa
   const size_t smem1 = size_t(hidden_) * 4, smem2 = size_t(inter_) * 4;
   dim3 g1(tokens, unsigned(cuda::ceil_div(inter_, kThreads)));
   if (x_is_bf16) {
-    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const __nv_bfloat16*>(x), w1_.get(),
-                                                              w3_.get(), hidden_, inter_, limit_.has_value(),
-                                                              limit_.value_or(0.0f), h_.get());
-  } else {
-    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const float*>(x), w1_.get(), w3_.get(),
+    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const __nv_bfloat16*>(x), w13_.get(),
                                                               hidden_, inter_, limit_.has_value(),
                                                               limit_.value_or(0.0f), h_.get());
+  } else {
+    ep_shared_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(static_cast<const float*>(x), w13_.get(), hidden_,
+                                                              inter_, limit_.has_value(), limit_.value_or(0.0f),
+                                                              h_.get());
   }
   NVFP4_CUDA_CHECK_LAUNCH("ep_shared_l1_ref_kernel");
   dim3 g2(tokens, unsigned(cuda::ceil_div(hidden_, kThreads)));

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
@@ -69,19 +70,27 @@ class EpLocalExperts {
   cuda::DeviceBuffer<__nv_bfloat16> h_deq_;     // [capacity, ld_h_deq] value(q)*s of QDQ(h)
 };
 
-// Shared expert (BF16 weights, FP32 math on the unquantized x).
+// Shared expert on the token's own rank, on the unquantized x.
+// run(): the CUDA backend's shared_expert_forward (cuBLAS BF16 GEMMs, FP32
+// accumulation; x rounded to BF16 first as the backend does).
+// run_ref(): scalar FP32 reference.
 class EpSharedExpert {
  public:
   EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& config, int32_t max_tokens);
   bool present() const { return inter_ > 0; }
   // x [tokens, H] (bf16 or f32, device) -> out [tokens, H] f32.
+  void run(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream);
   void run_ref(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream);
 
  private:
   int64_t hidden_ = 0, inter_ = 0;
   std::optional<float> limit_;
-  cuda::DeviceBuffer<__nv_bfloat16> w1_, w3_, w2_;
-  cuda::DeviceBuffer<float> h_;  // [max_tokens, Is]
+  cuda::DeviceBuffer<__nv_bfloat16> w13_, w2_;  // [2*Is, H] gate rows then up rows; [H, Is]
+  cuda::DeviceBuffer<float> h_;                 // [max_tokens, Is] (reference)
+  std::unique_ptr<cuda::CublasHandle> cublas_;
+  cuda::DeviceBuffer<uint8_t> cublas_ws_;
+  cuda::DeviceBuffer<__nv_bfloat16> xb_, hb_;   // [max_tokens, H], [max_tokens, Is]
+  cuda::DeviceBuffer<float> gate_up_;           // [max_tokens, 2*Is]
 };
 
 }  // namespace nvfp4moe::ep

@@ -78,7 +78,7 @@ class EpRank {
 
   // own tokens -> own send area; shared expert on own tokens.
   template <typename Peers>
-  void stage(Peers peers, char* own, const EpRankIo& io, cudaStream_t s) {
+  void stage(Peers peers, char* own, const EpRankIo& io, EpCompute which, cudaStream_t s) {
     if (io.tokens > 0) {
       cuda::QuantizeActArgs q;
       q.x = io.x;
@@ -101,7 +101,12 @@ class EpRank {
       ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int32_t*>(io.ids), io.weights,
                                                      io.tokens);
     NVFP4_CUDA_CHECK_LAUNCH("ep_stage_routing_kernel");
-    if (shared_.present()) shared_.run_ref(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
+    if (shared_.present()) {
+      if (which == EpCompute::GroupedGemm)
+        shared_.run(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
+      else
+        shared_.run_ref(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
+    }
   }
 
   // PULL the pairs this rank owns from every peer's send area.

@@ -111,7 +111,7 @@ void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const F
   const ep::EpRankIo io = ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, "NcclEpMoe::forward");
   auto s = static_cast<cudaStream_t>(stream);
   const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
-  m.me->stage(m.peers(), m.symm->local(), io, s);
+  m.me->stage(m.peers(), m.symm->local(), io, which, s);
   m.barrier(s);
   m.me->dispatch(m.peers(), s);
   m.me->compute(m.symm->local(), which, s);

@@ -1,6 +1,7 @@
 // Rank processes and the NCCL communicator (see nccl_launcher.hpp).
 #include "ep/nccl_launcher.hpp"
 
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,14 +60,32 @@ int launch_ranks(int world, const std::vector<std::string>& args) {
     }
     pids.push_back(pid);
   }
-  int first_bad = 0;
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
+  // Collect the ranks as they exit. A failed rank leaves its peers waiting in
+  // a collective forever: stop them (only the processes started here).
+  int first_bad = 0, left = world;
+  std::vector<bool> done(size_t(world), false);
+  while (left > 0) {
+    int status = 0, r = 0;
+    pid_t pid = 0;
+    for (r = 0; r < world; ++r) {  // only our own children, never waitpid(-1)
+      if (done[size_t(r)]) continue;
+      pid = waitpid(pids[size_t(r)], &status, WNOHANG);
+      if (pid != 0) break;
+    }
+    if (r == world) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (pid < 0) status = 127 << 8;  // lost: count it as a failure
+    done[size_t(r)] = true;
+    --left;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    if (code != 0) {
-      std::fprintf(stderr, "nvfp4moe: expert-parallel rank %d of %d exited with status %d\n", r, world, code);
-      if (!first_bad) first_bad = code;
+    if (code != 0 && !first_bad) {
+      first_bad = code;
+      std::fprintf(stderr, "nvfp4moe: expert-parallel rank %d of %d exited with status %d; stopping the others\n", r,
+                   world, code);
+      for (int o = 0; o < world; ++o)
+        if (!done[size_t(o)]) kill(pids[size_t(o)], SIGTERM);
     }
   }
   std::remove(id_file.c_str());

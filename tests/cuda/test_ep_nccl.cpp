@@ -43,7 +43,17 @@ TEST(EpNccl, SingleRankMatchesEmulationAndSingleGpu) {
   EXPECT_EQ(count_non_finite(y), 0);
   EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
   const std::vector<float> y_emu = emu.forward_host(x, T, r.ids, r.weights);
-  EXPECT_EQ(std::memcmp(y.data(), y_emu.data(), y.size() * 4), 0) << "NCCL R=1 differs from the emulation R=1";
+  EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL R=1 differs from the emulation R=1";
+  {  // with the row-independent scalar compute both transports give the same bits
+    EpCudaOptions ro = o;
+    ro.reference_compute = true;
+    NcclEpMoe nccl_ref(comm.get(), w, ro);
+    EpCudaEmulation emu_ref(w, 1, ro);
+    const std::vector<float> a = nccl_ref.forward_host(x, T, r.ids, r.weights);
+    const std::vector<float> b = emu_ref.forward_host(x, T, r.ids, r.weights);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "NCCL R=1 and emulation R=1 differ (reference)";
+    EXPECT_LE(rel_l2(a, y), kTol) << "reference compute vs grouped GEMM";
+  }
 
   // A second forward on the same buffers (flags, counters reset by staging).
   const EpRouting r2 = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.5);
@@ -190,7 +200,7 @@ TEST(EpMultiGpuWorker, Rank) {
     EXPECT_EQ(count_non_finite(y), 0);
     EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol);
     const std::vector<float> y_emu = rows_of(emu.forward_host(x, T, r.ids, r.weights), H, b, e);
-    EXPECT_LE(rel_l2(y, y_emu), 1e-6) << "NCCL rank differs from the emulated rank";
+    EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL rank differs from the emulated rank";
   }
 }
 
