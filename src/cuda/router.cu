@@ -18,6 +18,8 @@ constexpr int kTokens = 4;      // tokens per block share each router-weight loa
 constexpr int kChunk = 512;     // H elements of x staged in shared memory at a time
 constexpr int kThreads = 128;
 constexpr int kMaxTopK = 32;
+constexpr int kLanes = 8;       // H is a multiple of 16, so of 8: no tail lane
+static_assert(kChunk % kLanes == 0, "chunks keep lane = h % 8");
 
 __device__ void record_error(uint32_t* word, uint32_t bit, int64_t token, int64_t slot, int64_t value) {
   if (!word) return;
@@ -39,7 +41,9 @@ __global__ void router_kernel(RouterArgs a) {
   // Logits: thread per expert, H in order, double accumulation.
   for (int e0 = 0; e0 < a.experts; e0 += blockDim.x) {
     const int e = e0 + threadIdx.x;
-    double acc[kTokens] = {};
+    // 8 double lanes per token, lane = h % 8, reduced in lane order: the CPU
+    // router's order (src/cpu/router.cpp), so the float logits agree bit for bit.
+    double acc[kTokens][kLanes] = {};
     for (int64_t h0 = 0; h0 < a.hidden; h0 += kChunk) {
       const int hn = int(min(int64_t(kChunk), a.hidden - h0));
       __syncthreads();
@@ -55,14 +59,21 @@ __global__ void router_kernel(RouterArgs a) {
       }
       __syncthreads();
       if (e < a.experts)
-        for (int h = 0; h < hn; ++h) {
-          const float w = a.gate_t[(h0 + h) * a.experts + e];
+        for (int h = 0; h < hn; h += kLanes) {
 #pragma unroll
-          for (int t = 0; t < kTokens; ++t) acc[t] = router::add_product(acc[t], xs[t * kChunk + h], w);
+          for (int l = 0; l < kLanes; ++l) {
+            const float w = a.gate_t[(h0 + h + l) * a.experts + e];
+#pragma unroll
+            for (int t = 0; t < kTokens; ++t) acc[t][l] = router::add_product(acc[t][l], xs[t * kChunk + h + l], w);
+          }
         }
     }
     if (e < a.experts)
-      for (int t = 0; t < kTokens; ++t) logits[t * a.experts + e] = router::round_logit(acc[t]);
+      for (int t = 0; t < kTokens; ++t) {
+        double sum = 0.0;
+        for (int l = 0; l < kLanes; ++l) sum += acc[t][l];
+        logits[t * a.experts + e] = router::round_logit(sum);
+      }
   }
   __syncthreads();
   if (a.scoring == router::kSoftmax) {

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine through the device tool:
+#   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
+#   memcheck on a small case -> benchmark -> a short summary printed last.
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench] [--tokens LIST]
+#                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
+# Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
+# time limit so that one hang still leaves the others' results.
+set -euo pipefail
+
+STEPS="build,tests,sanitizer,bench"
+TOKENS="1,8,64,512,2048,8192"
+FILTER="Cuda*"
+WORKLOAD="both"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --steps) STEPS="$2"; shift 2 ;;
+    --tokens) TOKENS="$2"; shift 2 ;;
+    --filter) FILTER="$2"; shift 2 ;;
+    --workload) WORKLOAD="$2"; shift 2 ;;
+    *) echo "device.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+OUT="${OUT:-$PWD/device-out}"
+mkdir -p "$OUT"
+BUILD="${BUILD_DIR:-build-device}"
+JOBS="$(nproc)"
+has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt" || true
+
+if has_step build; then
+  start=$(date +%s)
+  set +e
+  timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
+      && ninja -C '$BUILD' -j '$JOBS' -k 0 nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli" > "$OUT/build.log" 2>&1
+  rc=$?
+  set -e
+  grep -E "error|FAILED" "$OUT/build.log" | head -20 || true
+  note "build: rc=$rc in $(( $(date +%s) - start )) s"
+fi
+
+GPU_TESTS="$BUILD/tests/nvfp4moe_gpu_tests"
+if has_step tests; then
+  if [[ -x "$GPU_TESTS" ]]; then
+    set +e
+    timeout 200 "$GPU_TESTS" --gtest_filter="$FILTER" 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|rel L2|error" | head -80
+    rc=${PIPESTATUS[0]}
+    set -e
+    note "tests ($FILTER): rc=$rc, $(grep -c '^\[       OK' "$OUT/tests.log" || true) ok, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/tests.log" || true) failed"
+  else
+    note "tests: $GPU_TESTS was not built"
+  fi
+fi
+
+if has_step sanitizer; then
+  if [[ -x "$GPU_TESTS" ]]; then
+    set +e
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
+      --gtest_filter='CudaMoe.CallerRoutingWithMinusOneSlots:CudaMoe.OutOfRangeExpertIdIsReportedOthersIntact:CudaQuantize.BadArgumentsAreHostErrors' \
+      > "$OUT/sanitizer.log" 2>&1
+    rc=$?
+    set -e
+    tail -5 "$OUT/sanitizer.log"
+    note "compute-sanitizer memcheck: rc=$rc ($(grep -c 'Invalid' "$OUT/sanitizer.log" || true) invalid accesses; $(grep 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1))"
+  fi
+fi
+
+if has_step bench; then
+  if [[ -x "$BUILD/nvfp4moe" ]]; then
+    set +e
+    timeout 270 "$BUILD/nvfp4moe" bench --workload "$WORKLOAD" --tokens "$TOKENS" --csv "$OUT/bench.csv" \
+      > "$OUT/bench.log" 2> "$OUT/bench.err"
+    rc=$?
+    set -e
+    tail -5 "$OUT/bench.err" || true
+    note "bench: rc=$rc"
+    cat "$OUT/bench.log" >> "$SUMMARY"
+  else
+    note "bench: $BUILD/nvfp4moe was not built"
+  fi
+fi
+
+echo "================ summary ================"
+cat "$SUMMARY"
