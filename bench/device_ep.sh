@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Expert parallelism on the GPU machine: build against the NCCL of torch's
+# Python environment (2.28.9 there; the system NCCL is older and lacks the
+# device API as used here — headers and library must come from ONE copy),
+# run the EP GPU tests, and on a machine with R >= 2 GPUs the multi-GPU test
+# and `nvfp4moe bench --ep R`.
+#
+#   bench/device_ep.sh [tests|bench|all]   (default all; logs under $OUT)
+#
+# Needs .deps/googletest (copy /usr/src/googletest there; pass carry [".deps"]).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-all}
+OUT=${OUT:-$PWD/out-ep}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-device-ep}
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast (docs/ep.md)
+
+NCCL_ROOT=${NCCL_ROOT:-$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)}
+if [[ -z "$NCCL_ROOT" || ! -f "$NCCL_ROOT/include/nccl_device.h" ]]; then
+  echo "device_ep: no NCCL with the device API found (NCCL_ROOT='$NCCL_ROOT')" | tee "$OUT/summary.txt"
+  exit 1
+fi
+export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+echo "device_ep: NCCL_ROOT=$NCCL_ROOT GPUs=$GPUS mode=$MODE" | tee "$OUT/summary.txt"
+
+{
+  cmake -S . -B "$BUILD" -G Ninja -DNCCL_ROOT="$NCCL_ROOT" -DNVFP4MOE_BUILD_PYTHON=OFF
+  ninja -C "$BUILD" -j"$(nproc)" nvfp4moe_gpu_tests nvfp4moe_cli
+} >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "device_ep: BUILD FAILED" | tee -a "$OUT/summary.txt"; exit 1; }
+grep -i "nccl expert parallelism" "$OUT/build.log" | tee -a "$OUT/summary.txt" || true
+
+status=0
+if [[ "$MODE" == tests || "$MODE" == all ]]; then
+  # One GPU: the R=1 NCCL path and the R in {1,2,4,8} emulation; with >= 2
+  # GPUs EpMultiGpu launches one process per GPU and compares every rank.
+  if "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
+    echo "ep tests: PASS" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+    echo "ep tests: FAIL" | tee -a "$OUT/summary.txt"
+    grep -E "Failure|error|FAILED|Expected|Which is|actual|seed=" "$OUT/ep_tests.log" | head -60
+  fi
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/ep_tests.log" | tee -a "$OUT/summary.txt" || true
+fi
+
+if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
+  R=2
+  [[ "$GPUS" -ge 4 ]] && R=4
+  [[ "$GPUS" -ge 8 ]] && R=8
+  if "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64,512,2048 --iters 20 >"$OUT/ep_bench.log" 2>&1; then
+    cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
+  else
+    status=1
+    echo "ep bench --ep $R: FAIL" | tee -a "$OUT/summary.txt"
+    tail -30 "$OUT/ep_bench.log"
+  fi
+elif [[ "$MODE" == bench ]]; then
+  echo "ep bench: needs >= 2 GPUs (found $GPUS)" | tee -a "$OUT/summary.txt"
+fi
+
+echo "---- summary"
+cat "$OUT/summary.txt"
+exit $status
