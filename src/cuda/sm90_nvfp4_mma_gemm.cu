@@ -15,14 +15,14 @@ using mma_gemm::kThreads;
 using mma_gemm::kWarps;
 
 // Resident CTAs per SM each instantiation is compiled for (register budget).
-template <int kNTiles, int kMTiles>
+template <int kNTiles, int kMTiles, int kDepth>
 constexpr int min_blocks() {
-  return kNTiles * kMTiles >= 4 ? 3 : 4;
+  return kNTiles * kMTiles * kDepth >= 16 ? 2 : (kNTiles * kMTiles * kDepth >= 4 ? 3 : 4);
 }
 
-template <Projection P, int kNTiles, int kMTiles>
+template <Projection P, int kNTiles, int kMTiles, int kDepth>
 void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream) {
-  auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, min_blocks<kNTiles, kMTiles>()>;
+  auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, kDepth, min_blocks<kNTiles, kMTiles, kDepth>()>;
   int device = 0, sms = 0, per_sm = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -36,19 +36,23 @@ void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream)
 
 template <Projection P>
 void dispatch(const Sm90MmaGemmParams& params, const Sm90MmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return launch<P, 1, 1>(params, cfg.grid, stream);
-  if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return launch<P, 2, 1>(params, cfg.grid, stream);
-  if (cfg.n_tiles == 4 && cfg.m_tiles == 1) return launch<P, 4, 1>(params, cfg.grid, stream);
-  if (cfg.n_tiles == 2 && cfg.m_tiles == 2) return launch<P, 2, 2>(params, cfg.grid, stream);
-  if (cfg.n_tiles == 4 && cfg.m_tiles == 2) return launch<P, 4, 2>(params, cfg.grid, stream);
-  NVFP4_FAIL("sm90_nvfp4_mma_gemm: no kernel for n_tiles=", cfg.n_tiles, " m_tiles=", cfg.m_tiles,
-             " (have 1x1, 2x1, 4x1, 2x2, 4x2)");
+  if (cfg.depth == 1 || cfg.depth == 2) {
+    const bool d2 = cfg.depth == 2;
+    if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return d2 ? launch<P, 1, 1, 2>(params, cfg.grid, stream) : launch<P, 1, 1, 1>(params, cfg.grid, stream);
+    if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return d2 ? launch<P, 2, 1, 2>(params, cfg.grid, stream) : launch<P, 2, 1, 1>(params, cfg.grid, stream);
+    if (cfg.n_tiles == 4 && cfg.m_tiles == 1) return d2 ? launch<P, 4, 1, 2>(params, cfg.grid, stream) : launch<P, 4, 1, 1>(params, cfg.grid, stream);
+    if (cfg.n_tiles == 2 && cfg.m_tiles == 2) return d2 ? launch<P, 2, 2, 2>(params, cfg.grid, stream) : launch<P, 2, 2, 1>(params, cfg.grid, stream);
+    if (cfg.n_tiles == 4 && cfg.m_tiles == 2) return d2 ? launch<P, 4, 2, 2>(params, cfg.grid, stream) : launch<P, 4, 2, 1>(params, cfg.grid, stream);
+  }
+  NVFP4_FAIL("sm90_nvfp4_mma_gemm: no kernel for n_tiles=", cfg.n_tiles, " m_tiles=", cfg.m_tiles, " depth=", cfg.depth,
+             " (have n x m in 1x1, 2x1, 4x1, 2x2, 4x2; depth 1 or 2)");
 }
 
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c) {
-  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", grid=" << c.grid << "}";
+  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", depth=" << c.depth
+            << ", grid=" << c.grid << "}";
 }
 
 bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {

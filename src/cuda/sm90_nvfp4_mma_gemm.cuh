@@ -2,8 +2,8 @@
 //
 // CTA: 4 warps on ONE item — kMTiles m16 weight tiles x (8 * kNTiles) token
 // positions of one work tile — each warp a quarter of K. Per stage a lane has
-// kFragsInFlight 16-byte weight fragments in flight (the next stage's), loaded
-// while the current stage is dequantized and multiplied.
+// kDepth stages of kFragsInFlight 16-byte weight fragments in flight (the
+// next ones), loaded while the current stage is dequantized and multiplied.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,12 +49,13 @@ __device__ __forceinline__ int32_t operand_row(const GroupedGemmPlan& plan, int3
 
 }  // namespace mma_gemm
 
-template <Projection P, int kNTiles, int kMTiles, int kMinBlocks>
+template <Projection P, int kNTiles, int kMTiles, int kDepth, int kMinBlocks>
 __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
     sm90_nvfp4_mma_gemm_kernel(const __grid_constant__ Sm90MmaGemmParams params) {
   using namespace mma_gemm;
   static_assert(kNTiles == 1 || kNTiles == 2 || kNTiles == 4, "kNTiles: 1, 2 or 4 n8 token tiles per item");
   static_assert(kMTiles == 1 || kMTiles == 2, "kMTiles: 1 or 2 m16 weight tiles per item");
+  static_assert(kDepth == 1 || kDepth == 2, "kDepth: 1 or 2 stages in flight");
   static_assert(kGemmTileTokens % (8 * kNTiles) == 0, "token groups must tile a work tile");
   constexpr int kStageChunks = kFragsInFlight / kMTiles;
   static_assert(kStageChunks % kMmaScaleChunks == 0, "a stage must cover whole scale words");
@@ -109,59 +110,67 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[m][n][c] = 0.0f;
 
-      // Pipeline: fragments of stage st + 1 in flight while stage st is computed.
-      uint4 frag[kMTiles][kStageChunks];
-      uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
-      auto load_stage = [&](int64_t st) {
+      // Pipeline: a ring of kDepth stages in flight while stage st is computed.
+      uint4 frag[kDepth][kMTiles][kStageChunks];
+      uint32_t scl[kDepth][kMTiles][kStageChunks / kMmaScaleChunks];
+      auto load_stage = [&](int d, int64_t st) {
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-          for (int j = 0; j < kStageChunks; ++j) frag[m][j] = ptx::ld_global_stream_v4(wp[m] + (st * kStageChunks + j) * 32);
+          for (int j = 0; j < kStageChunks; ++j)
+            frag[d][m][j] = ptx::ld_global_stream_v4(wp[m] + (st * kStageChunks + j) * 32);
 #pragma unroll
           for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j)
-            scl[m][j] = ptx::ld_global_stream_u32(sp[m] + (st * (kStageChunks / kMmaScaleChunks) + j) * 32);
+            scl[d][m][j] = ptx::ld_global_stream_u32(sp[m] + (st * (kStageChunks / kMmaScaleChunks) + j) * 32);
         }
       };
-      load_stage(0);
-      for (int64_t st = 0; st < stages; ++st) {
-        uint4 cur[kMTiles][kStageChunks];
-        uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
 #pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
+      for (int d = 0; d < kDepth; ++d)
+        if (d < stages) load_stage(d, d);
+      for (int64_t st0 = 0; st0 < stages; st0 += kDepth) {
 #pragma unroll
-          for (int j = 0; j < kStageChunks; ++j) cur[m][j] = frag[m][j];
-#pragma unroll
-          for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[m][j];
-        }
-        if (st + 1 < stages) load_stage(st + 1);
-
-#pragma unroll
-        for (int j = 0; j < kStageChunks; ++j) {
-          const int64_t chunk = st * kStageChunks + j;
-          uint4 b[kNTiles][2];
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n)
-            if (8 * n < live) {
-              b[n][0] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK);
-              b[n][1] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK + 8);
-            }
+        for (int d = 0; d < kDepth; ++d) {
+          const int64_t st = st0 + d;
+          if (st >= stages) break;
+          uint4 cur[kMTiles][kStageChunks];
+          uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
 #pragma unroll
           for (int m = 0; m < kMTiles; ++m) {
-            uint32_t s_g, s_g8;
-            scale_multipliers(cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), s_g, s_g8);
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-              uint32_t a[4];
-              unpack_fragment_word(part(cur[m][j], s), a);
-              a[0] = ptx::mul_bf16x2(a[0], s_g);
-              a[1] = ptx::mul_bf16x2(a[1], s_g8);
-              a[2] = ptx::mul_bf16x2(a[2], s_g);
-              a[3] = ptx::mul_bf16x2(a[3], s_g8);
+            for (int j = 0; j < kStageChunks; ++j) cur[m][j] = frag[d][m][j];
 #pragma unroll
-              for (int n = 0; n < kNTiles; ++n)
-                if (8 * n < live)
-                  ptx::mma_m16n8k16_bf16(acc[m][n], a, part(b[n][s / 2], 2 * (s % 2)),
-                                         part(b[n][s / 2], 2 * (s % 2) + 1));
+            for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[d][m][j];
+          }
+          if (st + kDepth < stages) load_stage(d, st + kDepth);
+
+#pragma unroll
+          for (int j = 0; j < kStageChunks; ++j) {
+            const int64_t chunk = st * kStageChunks + j;
+            uint4 b[kNTiles][2];
+#pragma unroll
+            for (int n = 0; n < kNTiles; ++n)
+              if (8 * n < live) {
+                b[n][0] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK);
+                b[n][1] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK + 8);
+              }
+#pragma unroll
+            for (int m = 0; m < kMTiles; ++m) {
+              uint32_t s_g, s_g8;
+              scale_multipliers(cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), s_g, s_g8);
+#pragma unroll
+              for (int s = 0; s < 4; ++s) {
+                uint32_t a[4];
+                unpack_fragment_word(part(cur[m][j], s), a);
+                a[0] = ptx::mul_bf16x2(a[0], s_g);
+                a[1] = ptx::mul_bf16x2(a[1], s_g8);
+                a[2] = ptx::mul_bf16x2(a[2], s_g);
+                a[3] = ptx::mul_bf16x2(a[3], s_g8);
+#pragma unroll
+                for (int n = 0; n < kNTiles; ++n)
+                  if (8 * n < live)
+                    ptx::mma_m16n8k16_bf16(acc[m][n], a, part(b[n][s / 2], 2 * (s % 2)),
+                                           part(b[n][s / 2], 2 * (s % 2) + 1));
+              }
             }
           }
         }
