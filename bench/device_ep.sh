@@ -7,7 +7,10 @@
 #
 #   bench/device_ep.sh [tests|bench|all]   (default all; logs under $OUT)
 #
-# Needs .deps/googletest (copy /usr/src/googletest there; pass carry [".deps"]).
+# PREBUILT=<build dir> uses binaries built elsewhere against NCCL 2.28.9 (the
+# same version as torch's; LD_LIBRARY_PATH below makes them load torch's copy)
+# when they start here; otherwise this builds, which needs .deps/googletest
+# (copy /usr/src/googletest there; pass carry [".deps"]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -16,7 +19,12 @@ mkdir -p "$OUT"
 BUILD=${BUILD:-build-device-ep}
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast (docs/ep.md)
 
-NCCL_ROOT=${NCCL_ROOT:-$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)}
+# nvidia.nccl may be a namespace package (no __file__): take its first path.
+NCCL_ROOT=${NCCL_ROOT:-$(python3 -c "import nvidia.nccl as m, os; f = getattr(m, '__file__', None); print(os.path.dirname(f) if f else list(m.__path__)[0])" 2>/dev/null || true)}
+if [[ -z "$NCCL_ROOT" || ! -f "$NCCL_ROOT/include/nccl_device.h" ]]; then
+  h=$(find / -path /proc -prune -o -name nccl_device.h -path '*site-packages*' -print 2>/dev/null | head -1 || true)
+  [[ -n "$h" ]] && NCCL_ROOT=$(dirname "$(dirname "$h")")
+fi
 if [[ -z "$NCCL_ROOT" || ! -f "$NCCL_ROOT/include/nccl_device.h" ]]; then
   echo "device_ep: no NCCL with the device API found (NCCL_ROOT='$NCCL_ROOT')" | tee "$OUT/summary.txt"
   exit 1
@@ -25,11 +33,18 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
 echo "device_ep: NCCL_ROOT=$NCCL_ROOT GPUs=$GPUS mode=$MODE" | tee "$OUT/summary.txt"
 
-{
-  cmake -S . -B "$BUILD" -G Ninja -DNCCL_ROOT="$NCCL_ROOT" -DNVFP4MOE_BUILD_PYTHON=OFF
-  ninja -C "$BUILD" -j"$(nproc)" nvfp4moe_gpu_tests nvfp4moe_cli
-} >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "device_ep: BUILD FAILED" | tee -a "$OUT/summary.txt"; exit 1; }
-grep -i "nccl expert parallelism" "$OUT/build.log" | tee -a "$OUT/summary.txt" || true
+if [[ -n "${PREBUILT:-}" && -x "$PREBUILT/tests/nvfp4moe_gpu_tests" ]] &&
+   "$PREBUILT/tests/nvfp4moe_gpu_tests" --gtest_list_tests >/dev/null 2>&1; then
+  BUILD=$PREBUILT
+  echo "device_ep: using prebuilt binaries in $BUILD" | tee -a "$OUT/summary.txt"
+else
+  {
+    cmake -S . -B "$BUILD" -G Ninja -DNCCL_ROOT="$NCCL_ROOT" -DNVFP4MOE_BUILD_PYTHON=OFF
+    ninja -C "$BUILD" -j"$(nproc)" nvfp4moe_gpu_tests nvfp4moe_cli
+  } >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "device_ep: BUILD FAILED" | tee -a "$OUT/summary.txt"; exit 1; }
+  grep -i "nccl expert parallelism" "$OUT/build.log" | tee -a "$OUT/summary.txt" || true
+fi
+strings "$NCCL_ROOT/lib/libnccl.so.2" 2>/dev/null | grep -m1 "NCCL version" | tee -a "$OUT/summary.txt" || true
 
 status=0
 if [[ "$MODE" == tests || "$MODE" == all ]]; then
@@ -56,8 +71,15 @@ if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
     echo "ep bench --ep $R: FAIL" | tee -a "$OUT/summary.txt"
     tail -30 "$OUT/ep_bench.log"
   fi
-elif [[ "$MODE" == bench ]]; then
-  echo "ep bench: needs >= 2 GPUs (found $GPUS)" | tee -a "$OUT/summary.txt"
+elif [[ "$MODE" == bench || "$MODE" == all ]]; then
+  # One GPU: the R = 1 NCCL path alone (communication is a local copy).
+  if timeout 120 "$BUILD/nvfp4moe" bench --ep 1 --model "${EP_MODEL:-dsv4-flash}" --tokens 1,64,512 --iters 10 \
+      >"$OUT/ep_bench.log" 2>&1; then
+    cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
+  else
+    echo "ep bench --ep 1: FAIL or timeout" | tee -a "$OUT/summary.txt"
+    tail -20 "$OUT/ep_bench.log"
+  fi
 fi
 
 echo "---- summary"

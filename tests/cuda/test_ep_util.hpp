@@ -3,6 +3,7 @@
 // result through the public Moe API, and comparisons that print parameters.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +62,7 @@ inline std::vector<float> single_device_forward(const MoeWeights& w, const std::
     MoeOptions o;
     o.backend = Backend::Cuda;
     o.max_tokens = std::max<int64_t>(T, 1);
+    if (cudaGetDevice(&o.device) != cudaSuccess) o.device = 0;  // a rank process: its own GPU
     moe = std::make_unique<Moe>(w, o);
     if (which) *which = "cuda";
   } catch (const Error&) {
