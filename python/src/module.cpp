@@ -11,6 +11,9 @@ NB_MODULE(_C, m) {
   namespace nb = nanobind;
   m.doc() = "nvfp4moe: NVFP4 Mixture-of-Experts for Hopper (low-level bindings; use the nvfp4moe package)";
   nb::exception<nvfp4moe::Error>(m, "Error", PyExc_ValueError);
+  // Layers registered for the torch ops and torch.compile's caches are still
+  // alive at interpreter exit; that is not a leak worth a warning.
+  nb::set_leak_warnings(false);
   m.def("cuda_available", &nvfp4moe::cuda_available,
         "True when this build has the CUDA backend and a CUDA device is present.");
 #ifdef NVFP4MOE_HAS_CUDA
