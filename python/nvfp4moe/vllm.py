@@ -19,7 +19,9 @@ from .moe import Moe
 class NvFp4MoeExperts:
     """The routed experts. apply(hidden_states [T, H], topk_ids [T, k] (GLOBAL
     expert ids, -1 = none; int32/int64), topk_weights [T, k] float32) ->
-    [T, H] in hidden_states' dtype: sum_j topk_weights[t, j] * expert(x_t)."""
+    [T, H] in hidden_states' dtype: sum_j topk_weights[t, j] * expert(x_t).
+    hidden_states may be bfloat16, float32 or float16 (widened to float32
+    exactly); the layer's output is BF16, cast to the input dtype."""
 
     def __init__(self, moe: Moe, first_expert: int, local_experts: int):
         self.moe = moe
@@ -32,7 +34,10 @@ class NvFp4MoeExperts:
             raise Error(f"topk_ids: shape {list(topk_ids.shape)}, expected [tokens, top_k={self.top_k}]")
         if topk_weights.dtype != torch.float32:
             topk_weights = topk_weights.float()
-        y = self.moe.forward(hidden_states, topk_ids, topk_weights)
+        x = hidden_states
+        if x.dtype == torch.float16:  # the layer takes bf16 or f32; f16 -> f32 is exact
+            x = x.float()
+        y = self.moe.forward(x, topk_ids, topk_weights)
         return y if y.dtype == hidden_states.dtype else y.to(hidden_states.dtype)
 
     __call__ = apply

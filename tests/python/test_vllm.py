@@ -53,6 +53,9 @@ def _check_adapter_matches_native(tmp_path, rng, device):
         assert y.dtype == torch.bfloat16 and y.shape == (T, 64)
         y_native = native.forward(x, ids, wts)
         assert torch.equal(y, y_native), f"static={static}"
+        y16 = experts.apply(x.to(torch.float16), ids, wts.double())
+        assert y16.dtype == torch.float16
+        assert torch.equal(y16, native.forward(x.to(torch.float16).float(), ids, wts).to(torch.float16))
 
 
 @requires_torch
