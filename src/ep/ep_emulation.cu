@@ -96,30 +96,11 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
 std::vector<float> EpCudaEmulation::forward_host(const std::vector<float>& x, int64_t tokens,
                                                  const std::vector<int32_t>& topk_ids,
                                                  const std::vector<float>& topk_weights) {
-  Impl& m = *impl_;
-  const int64_t H = m.config.hidden, k = m.config.top_k;
-  NVFP4_CHECK(int64_t(x.size()) == tokens * H, "EpCudaEmulation::forward_host: x has ", x.size(),
-              " values, expected T*H = ", tokens * H);
-  NVFP4_CHECK(int64_t(topk_ids.size()) == tokens * k && int64_t(topk_weights.size()) == tokens * k,
-              "EpCudaEmulation::forward_host: topk_ids/topk_weights have ", topk_ids.size(), "/", topk_weights.size(),
-              " values, expected T*k = ", tokens * k);
-  cuda::DeviceBuffer<float> dx(x.size()), dw(topk_weights.size());
-  cuda::DeviceBuffer<int32_t> di(topk_ids.size());
-  cuda::DeviceBuffer<__nv_bfloat16> dy(size_t(tokens * H));
-  dx.upload(x.data(), x.size());
-  di.upload(topk_ids.data(), topk_ids.size());
-  dw.upload(topk_weights.data(), topk_weights.size());
-  RoutingArgs r;
-  r.topk_ids = make_view(di.get(), DType::I32, {tokens, k}, DeviceKind::Cuda);
-  r.topk_weights = make_view(dw.get(), DType::F32, {tokens, k}, DeviceKind::Cuda);
-  ForwardOutputs out;
-  out.y = make_view(dy.get(), DType::BF16, {tokens, H}, DeviceKind::Cuda);
-  forward(make_view(dx.get(), DType::F32, {tokens, H}, DeviceKind::Cuda), r, out, nullptr);
-  std::vector<uint16_t> bits(size_t(tokens * H));
-  NVFP4_CUDA_CHECK(cudaMemcpy(bits.data(), dy.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> y(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
-  return y;
+  return ep::ep_forward_host("EpCudaEmulation::forward_host", impl_->config.hidden, impl_->config.top_k, x, tokens,
+                             topk_ids, topk_weights,
+                             [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& out) {
+                               forward(xv, r, out, nullptr);
+                             });
 }
 
 void EpCudaEmulation::sync_errors() {

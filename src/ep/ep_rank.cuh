@@ -206,4 +206,34 @@ inline EpRankIo ep_check_io(const TensorView& x, const RoutingArgs& r, const For
   return io;
 }
 
+// forward_host of both transports: host vectors -> device views -> forward
+// (a callable taking x, routing, outputs) -> y as f32 values of the BF16
+// output. Empty batches still get one-element buffers: a rank with no tokens
+// still takes part in the collective.
+template <typename Forward>
+std::vector<float> ep_forward_host(const char* who, int64_t H, int64_t k, const std::vector<float>& x, int64_t tokens,
+                                   const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                                   Forward&& forward) {
+  NVFP4_CHECK(int64_t(x.size()) == tokens * H, who, ": x has ", x.size(), " values, expected T*H = ", tokens * H);
+  NVFP4_CHECK(int64_t(ids.size()) == tokens * k && int64_t(weights.size()) == tokens * k, who,
+              ": topk_ids/topk_weights have ", ids.size(), "/", weights.size(), " values, expected T*k = ", tokens * k);
+  cuda::DeviceBuffer<float> dx(std::max<size_t>(1, x.size())), dw(std::max<size_t>(1, weights.size()));
+  cuda::DeviceBuffer<int32_t> di(std::max<size_t>(1, ids.size()));
+  cuda::DeviceBuffer<__nv_bfloat16> dy(std::max<size_t>(1, size_t(tokens * H)));
+  dx.upload(x.data(), x.size());
+  di.upload(ids.data(), ids.size());
+  dw.upload(weights.data(), weights.size());
+  RoutingArgs r;
+  r.topk_ids = make_view(di.get(), DType::I32, {tokens, k}, DeviceKind::Cuda);
+  r.topk_weights = make_view(dw.get(), DType::F32, {tokens, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {tokens, H}, DeviceKind::Cuda);
+  forward(make_view(dx.get(), DType::F32, {tokens, H}, DeviceKind::Cuda), r, out);
+  std::vector<uint16_t> bits(size_t(tokens * H));
+  NVFP4_CUDA_CHECK(cudaMemcpy(bits.data(), dy.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> y(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
+  return y;
+}
+
 }  // namespace nvfp4moe::ep

@@ -123,30 +123,10 @@ void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const F
 
 std::vector<float> NcclEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
                                            const std::vector<int32_t>& topk_ids, const std::vector<float>& topk_weights) {
-  Impl& m = *impl_;
-  const int64_t H = m.config.hidden, k = m.config.top_k;
-  NVFP4_CHECK(int64_t(x.size()) == tokens * H && int64_t(topk_ids.size()) == tokens * k &&
-                  int64_t(topk_weights.size()) == tokens * k,
-              "NcclEpMoe::forward_host: x/topk_ids/topk_weights have ", x.size(), "/", topk_ids.size(), "/",
-              topk_weights.size(), " values for T=", tokens, " H=", H, " k=", k);
-  // Empty batches still take part in the collective: buffers of at least one element.
-  cuda::DeviceBuffer<float> dx(std::max<size_t>(1, x.size())), dw(std::max<size_t>(1, topk_weights.size()));
-  cuda::DeviceBuffer<int32_t> di(std::max<size_t>(1, topk_ids.size()));
-  cuda::DeviceBuffer<__nv_bfloat16> dy(std::max<size_t>(1, size_t(tokens * H)));
-  dx.upload(x.data(), x.size());
-  di.upload(topk_ids.data(), topk_ids.size());
-  dw.upload(topk_weights.data(), topk_weights.size());
-  RoutingArgs r;
-  r.topk_ids = make_view(di.get(), DType::I32, {tokens, k}, DeviceKind::Cuda);
-  r.topk_weights = make_view(dw.get(), DType::F32, {tokens, k}, DeviceKind::Cuda);
-  ForwardOutputs out;
-  out.y = make_view(dy.get(), DType::BF16, {tokens, H}, DeviceKind::Cuda);
-  forward(make_view(dx.get(), DType::F32, {tokens, H}, DeviceKind::Cuda), r, out, nullptr);
-  std::vector<uint16_t> bits(size_t(tokens * H));
-  NVFP4_CUDA_CHECK(cudaMemcpy(bits.data(), dy.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> y(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
-  return y;
+  return ep::ep_forward_host("NcclEpMoe::forward_host", impl_->config.hidden, impl_->config.top_k, x, tokens, topk_ids,
+                             topk_weights, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& out) {
+                               forward(xv, r, out, nullptr);
+                             });
 }
 
 void NcclEpMoe::sync_errors() {

@@ -7,9 +7,15 @@
 
 namespace nvfp4moe::ep {
 
-SymmBuffer::SymmBuffer(ncclComm_t comm, size_t bytes, int lsa_barriers) : comm_(comm), bytes_(bytes) {
+// Whole 2 MiB pages (the cuMem granularity of large pages): every rank
+// registers the same, page-aligned size.
+constexpr size_t kSymmGranularity = size_t(2) << 20;
+
+SymmBuffer::SymmBuffer(ncclComm_t comm, size_t bytes, int lsa_barriers)
+    : comm_(comm), bytes_((bytes + kSymmGranularity - 1) / kSymmGranularity * kSymmGranularity) {
   NVFP4_CHECK(comm != nullptr, "SymmBuffer: null NCCL communicator");
   NVFP4_CHECK(bytes > 0 && lsa_barriers >= 1, "SymmBuffer: bytes=", bytes, " lsa_barriers=", lsa_barriers);
+  bytes = bytes_;
   try {
     NVFP4_NCCL_CHECK(ncclMemAlloc(reinterpret_cast<void**>(&ptr_), bytes));
     // Zero once: error words, flags and counters start clear on every rank.

@@ -44,7 +44,7 @@ class SymmBuffer {
   char* local() const { return ptr_; }          // this rank's segment (device pointer)
   ncclWindow_t window() const { return win_; }  // for ncclGetLsaPointer in kernels
   const ncclDevComm& dev_comm() const { return dev_; }
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return bytes_; }       // as allocated: the request rounded up to 2 MiB
 
  private:
   ncclComm_t comm_ = nullptr;
