@@ -50,7 +50,7 @@ status=0
 if [[ "$MODE" == tests || "$MODE" == all ]]; then
   # One GPU: the R=1 NCCL path and the R in {1,2,4,8} emulation; with >= 2
   # GPUs EpMultiGpu launches one process per GPU and compares every rank.
-  if "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
+  if timeout "${EP_TEST_TIMEOUT:-110}" "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
     echo "ep tests: PASS" | tee -a "$OUT/summary.txt"
   else
     status=1
@@ -58,6 +58,17 @@ if [[ "$MODE" == tests || "$MODE" == all ]]; then
     grep -E "Failure|error|FAILED|Expected|Which is|actual|seed=" "$OUT/ep_tests.log" | head -60
   fi
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/ep_tests.log" | tee -a "$OUT/summary.txt" || true
+  # Out-of-bounds accesses in the EP kernels (emulation: no NCCL under the sanitizer).
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    if timeout "${EP_MEMCHECK_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/nvfp4moe_gpu_tests" \
+        --gtest_filter='Ranks/EpEmulation.MatchesSingleGpuOnRandomRouting/R4:Ranks/EpEmulation.CapacityOverflowIsReportedNotCorrupting/R2:Ranks/EpEmulation.OutOfRangeExpertIdIsReported/R8' \
+        >"$OUT/ep_memcheck.log" 2>&1; then
+      echo "ep memcheck: clean" | tee -a "$OUT/summary.txt"
+    else
+      echo "ep memcheck: FAIL (or timeout)" | tee -a "$OUT/summary.txt"
+      grep -E "ERROR SUMMARY|Invalid|at 0x|by thread" "$OUT/ep_memcheck.log" | head -20
+    fi
+  fi
 fi
 
 if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
@@ -73,7 +84,7 @@ if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
   fi
 elif [[ "$MODE" == bench || "$MODE" == all ]]; then
   # One GPU: the R = 1 NCCL path alone (communication is a local copy).
-  if timeout 120 "$BUILD/nvfp4moe" bench --ep 1 --model "${EP_MODEL:-dsv4-flash}" --tokens 1,64,512 --iters 10 \
+  if timeout "${EP_BENCH_TIMEOUT:-55}" "$BUILD/nvfp4moe" bench --ep 1 --model "${EP_MODEL:-dsv4-flash}" --tokens 1,64,512 --iters 10 \
       >"$OUT/ep_bench.log" 2>&1; then
     cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
   else
