@@ -2,7 +2,7 @@
 # The one script run on the GPU machine through the device tool:
 #   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on a small case -> benchmark -> a short summary printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench] [--tokens LIST]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,profile] [--tokens LIST]
 #                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -82,6 +82,32 @@ if has_step bench; then
   else
     note "bench: $BUILD/nvfp4moe was not built"
   fi
+fi
+
+# Per-kernel breakdown of one ep8 forward (Nsight Compute, SpeedOfLight): not a default step.
+if has_step profile; then
+  for T in ${PROFILE_TOKENS:-1 2048}; do
+    set +e
+    timeout 200 ncu --section SpeedOfLight --csv \
+      --kernel-name regex:'sm90_nvfp4|group_pairs|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
+      "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$T" --iters 1 --warmup 0 --no-ceilings \
+      > "$OUT/ncu_T$T.csv" 2> "$OUT/ncu_T$T.err"
+    set -e
+    note "profile ep8 T=$T (ncu SpeedOfLight): kernel | duration | DRAM % | SM %"
+    python3 - "$OUT/ncu_T$T.csv" <<'PY' | tee -a "$SUMMARY"
+import csv, sys, re
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("  (no ncu rows)"); sys.exit(0)
+hdr = rows[0]; col = {n: i for i, n in enumerate(hdr)}
+k = {}
+for r in rows[1:]:
+    key = (r[col["ID"]], re.sub(r"\(.*", "", r[col["Kernel Name"]]).split("::")[-1][:60])
+    k.setdefault(key, {})[r[col["Metric Name"]]] = (r[col["Metric Value"]], r[col["Metric Unit"]])
+for (i, name), m in sorted(k.items(), key=lambda kv: int(kv[0][0])):
+    d = m.get("Duration", ("?", ""))
+    print(f"  {name:60s} {d[0]:>10s} {d[1]:5s} dram {m.get('DRAM Throughput', ('?',))[0]:>6s}% sm {m.get('Compute (SM) Throughput', ('?',))[0]:>6s}%")
+PY
+  done
 fi
 
 echo "================ summary ================"

@@ -77,6 +77,9 @@ GpuOutput check_against_cpu(Moe& gpu, Moe& cpu, const MoeWeights& w, int64_t T, 
   // CPU on the subset with the GPU's routing (local ids for an EP slice).
   for (int32_t& e : gid) e = (e >= first && e < first + n) ? int32_t(e - first) : -1;
   std::vector<float> ys = cpu.forward_host(xs, S, &gid, &gw);
+  double norm = 0;
+  for (float v : ys) norm += double(v) * v;
+  EXPECT_GT(norm, 1e-6 * double(ys.size())) << "the reference output is (nearly) zero: the comparison would prove nothing";
   const double err = rel_l2(rows_of(g.y, H, sub), ys);
   EXPECT_LE(err, kTol) << "relative L2 error vs the CPU backend";
   std::printf("    [T=%lld H=%lld E=%lld local=%lld] rel L2 vs cpu = %.3g\n", (long long)T, (long long)H,
