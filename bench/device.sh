@@ -101,7 +101,10 @@ if not rows: print("  (no ncu rows)"); sys.exit(0)
 hdr = rows[0]; col = {n: i for i, n in enumerate(hdr)}
 k = {}
 for r in rows[1:]:
-    key = (r[col["ID"]], re.sub(r"\(.*", "", r[col["Kernel Name"]]).split("::")[-1][:60])
+    n = r[col["Kernel Name"]].replace("(anonymous namespace)::", "").replace("(nvfp4moe::cuda::Projection)", "P")
+    mt = re.search(r"(\w+)(<[^(]*>)?\(", n)
+    name = (mt.group(1) + (mt.group(2) or "")) if mt else n[:60]
+    key = (r[col["ID"]], name.replace("(nvfp4moe::cuda::Projection)", "P")[:60])
     k.setdefault(key, {})[r[col["Metric Name"]]] = (r[col["Metric Value"]], r[col["Metric Unit"]])
 for (i, name), m in sorted(k.items(), key=lambda kv: int(kv[0][0])):
     d = m.get("Duration", ("?", ""))
