@@ -50,7 +50,7 @@ status=0
 if [[ "$MODE" == tests || "$MODE" == all ]]; then
   # One GPU: the R=1 NCCL path and the R in {1,2,4,8} emulation; with >= 2
   # GPUs EpMultiGpu launches one process per GPU and compares every rank.
-  if timeout "${EP_TEST_TIMEOUT:-110}" "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
+  if timeout "${EP_TEST_TIMEOUT:-110}" "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='EpIndex.*:Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
     echo "ep tests: PASS" | tee -a "$OUT/summary.txt"
   else
     status=1
@@ -61,7 +61,7 @@ if [[ "$MODE" == tests || "$MODE" == all ]]; then
   # Out-of-bounds accesses in the EP kernels (emulation: no NCCL under the sanitizer).
   if command -v compute-sanitizer >/dev/null 2>&1; then
     if timeout "${EP_MEMCHECK_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/nvfp4moe_gpu_tests" \
-        --gtest_filter='Ranks/EpEmulation.MatchesSingleGpuOnRandomRouting/R4:Ranks/EpEmulation.CapacityOverflowIsReportedNotCorrupting/R2:Ranks/EpEmulation.OutOfRangeExpertIdIsReported/R8' \
+        --gtest_filter='EpIndex.*:Ranks/EpEmulation.MatchesSingleGpuOnRandomRouting/R4:Ranks/EpEmulation.CapacityOverflowIsReportedNotCorrupting/R2:Ranks/EpEmulation.OutOfRangeExpertIdIsReported/R8' \
         >"$OUT/ep_memcheck.log" 2>&1; then
       echo "ep memcheck: clean" | tee -a "$OUT/summary.txt"
     else

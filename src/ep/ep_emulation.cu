@@ -46,6 +46,7 @@ EpCudaEmulation::EpCudaEmulation(const MoeWeights& w, int ranks, const EpCudaOpt
     slice.config = w.config;
     slice.experts = w.experts.slice(int64_t(r) * m.layout.local_experts, m.layout.local_experts);
     slice.shared = w.shared;  // every rank runs the shared expert on its own tokens
+    slice.router = w.router;  // and the router on its own tokens
     m.rank.push_back(std::make_unique<ep::EpRank>(slice, m.layout, r, l1_g));
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -63,7 +64,8 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
   Impl& m = *impl_;
   const int64_t T = x.ndim == 2 ? x.shape[0] : 0;
   // Checks the whole batch once (every chunk is then within its rank's capacity).
-  ep::ep_check_io(x, routing, out, m.layout, int64_t(m.layout.max_tokens) * m.ranks, "EpCudaEmulation::forward");
+  const ep::EpRankIo all = ep::ep_check_io(x, routing, out, m.layout, int64_t(m.layout.max_tokens) * m.ranks,
+                                           m.config.hash_routed, "EpCudaEmulation::forward");
   for (int r = 0; r < m.ranks; ++r) {
     const int64_t n = ep::token_chunk_begin(T, m.ranks, r + 1) - ep::token_chunk_begin(T, m.ranks, r);
     NVFP4_CHECK(n <= m.layout.max_tokens, "EpCudaEmulation::forward: rank ", r, " gets ", n,
@@ -71,17 +73,21 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
   }
   auto s = static_cast<cudaStream_t>(stream);
   const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
-  std::vector<ep::EpRankIo> io(m.ranks);
+  // Rank r's views: its contiguous chunk of every per-token tensor.
+  std::vector<ep::EpRankIo> io(m.ranks, all);
   const int64_t k = m.layout.top_k, H = m.layout.hidden;
-  const size_t x_elem = x.dtype == DType::BF16 ? 2 : 4, id_elem = routing.topk_ids.dtype == DType::I64 ? 8 : 4;
+  auto at = [](const void* p, int64_t elems, size_t elem_bytes) -> const void* {
+    return p ? static_cast<const char*>(p) + elems * int64_t(elem_bytes) : nullptr;
+  };
   for (int r = 0; r < m.ranks; ++r) {
     const int64_t b = ep::token_chunk_begin(T, m.ranks, r), e = ep::token_chunk_begin(T, m.ranks, r + 1);
-    io[r].x = static_cast<const char*>(x.data) + b * H * x_elem;
-    io[r].x_is_bf16 = x.dtype == DType::BF16;
-    io[r].ids = static_cast<const char*>(routing.topk_ids.data) + b * k * id_elem;
-    io[r].ids_i64 = routing.topk_ids.dtype == DType::I64;
-    io[r].weights = routing.topk_weights.ptr<float>() + b * k;
-    io[r].y = out.y.ptr<__nv_bfloat16>() + b * H;
+    io[r].x = at(all.x, b * H, all.x_is_bf16 ? 2 : 4);
+    io[r].ids = at(all.ids, b * k, all.ids_i64 ? 8 : 4);
+    io[r].weights = all.weights ? all.weights + b * k : nullptr;
+    io[r].token_ids = at(all.token_ids, b, all.token_ids_i64 ? 8 : 4);
+    io[r].y = all.y + b * H;
+    io[r].ids_out = all.ids_out ? all.ids_out + b * k : nullptr;
+    io[r].weights_out = all.weights_out ? all.weights_out + b * k : nullptr;
     io[r].tokens = int32_t(e - b);
   }
   // Each phase for every rank before the next: stream order = the barriers.

@@ -13,7 +13,9 @@
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/error_word.hpp"
 #include "cuda/quantize_act.hpp"
+#include "cuda/router.hpp"
 #include "ep/ep_index.hpp"
 #include "ep/ep_kernels.cuh"
 #include "ep/ep_local_experts.hpp"
@@ -25,10 +27,15 @@ namespace nvfp4moe::ep {
 struct EpRankIo {
   const void* x = nullptr;  // [tokens, H]
   bool x_is_bf16 = false;
-  const void* ids = nullptr;  // [tokens, k]
+  bool route = false;         // no caller routing: the router runs on this rank
+  const void* ids = nullptr;  // [tokens, k] caller routing
   bool ids_i64 = false;
   const float* weights = nullptr;  // [tokens, k]
+  const void* token_ids = nullptr;  // [tokens] for hash-routed layers (router only)
+  bool token_ids_i64 = false;
   __nv_bfloat16* y = nullptr;      // [tokens, H]
+  int32_t* ids_out = nullptr;      // [tokens, k] or null: the GLOBAL ids used
+  float* weights_out = nullptr;    // [tokens, k] or null
   int32_t tokens = 0;
 };
 
@@ -68,17 +75,29 @@ class EpRank {
         experts_(slice.experts, slice.config, layout.recv_capacity),
         shared_(slice.shared, slice.config, layout.max_tokens),
         pair_out_(size_t(layout.recv_capacity) * layout.hidden),
-        shared_out_(shared_.present() ? size_t(layout.max_tokens) * layout.hidden : 0) {
+        shared_out_(shared_.present() ? size_t(layout.max_tokens) * layout.hidden : 0),
+        config_(slice.config) {
     NVFP4_CHECK(slice.experts.count == layout.local_experts &&
                     slice.experts.first_expert == int64_t(rank) * layout.local_experts,
                 "expert parallel rank ", rank, ": holds experts [", slice.experts.first_expert, ", ",
                 slice.experts.first_expert + slice.experts.count, "), expected [", int64_t(rank) * layout.local_experts,
                 ", ", int64_t(rank + 1) * layout.local_experts, ")");
+    upload_router(slice.router);
   }
 
-  // own tokens -> own send area; shared expert on own tokens.
+  // own tokens -> own send area (routing them first when the caller did
+  // not); shared expert on own tokens.
   template <typename Peers>
   void stage(Peers peers, char* own, const EpRankIo& io, EpCompute which, cudaStream_t s) {
+    const void* ids = io.ids;
+    bool ids_i64 = io.ids_i64;
+    const float* weights = io.weights;
+    if (io.route) {
+      route(own, io, s);
+      ids = router_ids_.get();
+      ids_i64 = false;
+      weights = router_weights_.get();
+    }
     if (io.tokens > 0) {
       cuda::QuantizeActArgs q;
       q.x = io.x;
@@ -94,13 +113,20 @@ class EpRank {
     }
     const int64_t n = int64_t(io.tokens) * L_.top_k;
     const unsigned blocks = unsigned(std::clamp<int64_t>(cuda::ceil_div(n, 256), 1, 1024));
-    if (io.ids_i64)
-      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int64_t*>(io.ids), io.weights,
+    if (ids_i64)
+      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int64_t*>(ids), weights,
                                                      io.tokens);
     else
-      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int32_t*>(io.ids), io.weights,
+      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int32_t*>(ids), weights,
                                                      io.tokens);
     NVFP4_CUDA_CHECK_LAUNCH("ep_stage_routing_kernel");
+    // The routing used, as the send area holds it (GLOBAL int32 ids).
+    if (io.ids_out && n)
+      NVFP4_CUDA_CHECK(cudaMemcpyAsync(io.ids_out, area<int32_t>(own, L_.send_ids), size_t(n) * 4,
+                                       cudaMemcpyDeviceToDevice, s));
+    if (io.weights_out && n)
+      NVFP4_CUDA_CHECK(cudaMemcpyAsync(io.weights_out, area<float>(own, L_.send_weights), size_t(n) * 4,
+                                       cudaMemcpyDeviceToDevice, s));
     if (shared_.present()) {
       if (which == EpCompute::GroupedGemm)
         shared_.run(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
@@ -158,6 +184,69 @@ class EpRank {
   const SegmentLayout& layout() const { return L_; }
 
  private:
+  // Router weights as the CUDA backend keeps them: the gate transposed to
+  // [H, E] (a warp's experts read contiguous bytes), bias, tid2eid.
+  void upload_router(const RouterWeights& r) {
+    const int64_t E = L_.experts, H = L_.hidden;
+    if (!r.gate.empty()) {
+      NVFP4_CHECK(int64_t(r.gate.size()) == E * H, "expert parallel rank ", rank_, ": router gate has ",
+                  r.gate.size(), " elements, expected E*H = ", E * H);
+      std::vector<float> t(r.gate.size());
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t h = 0; h < H; ++h) t[size_t(h * E + e)] = r.gate[size_t(e * H + h)];
+      gate_t_ = cuda::DeviceBuffer<float>(t.size());
+      gate_t_.upload(t.data(), t.size());
+    }
+    if (!r.bias.empty()) {
+      NVFP4_CHECK(int64_t(r.bias.size()) == E, "expert parallel rank ", rank_, ": router bias has ", r.bias.size(),
+                  " elements, expected E = ", E);
+      bias_ = cuda::DeviceBuffer<float>(r.bias.size());
+      bias_.upload(r.bias.data(), r.bias.size());
+    }
+    if (config_.hash_routed && !r.tid2eid.empty()) {
+      NVFP4_CHECK(r.vocab > 0 && int64_t(r.tid2eid.size()) == r.vocab * L_.top_k, "expert parallel rank ", rank_,
+                  ": tid2eid has ", r.tid2eid.size(), " entries, expected vocab*k = ", r.vocab, "*", L_.top_k);
+      tid2eid_ = cuda::DeviceBuffer<int32_t>(r.tid2eid.size());
+      tid2eid_.upload(r.tid2eid.data(), r.tid2eid.size());
+      vocab_ = r.vocab;
+    }
+    router_ids_ = cuda::DeviceBuffer<int32_t>(size_t(L_.max_tokens) * L_.top_k);
+    router_weights_ = cuda::DeviceBuffer<float>(size_t(L_.max_tokens) * L_.top_k);
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // The CUDA backend's router on this rank's tokens (GLOBAL ids; a token id
+  // outside [0, vocab) of a hash layer is recorded in this rank's error word).
+  void route(char* own, const EpRankIo& io, cudaStream_t s) {
+    NVFP4_CHECK(gate_t_.size() > 0, "expert parallel rank ", rank_,
+                ": no routing given (topk_ids) and the layer has no router weight");
+    NVFP4_CHECK(!config_.hash_routed || (tid2eid_.size() > 0 && (io.token_ids || io.tokens == 0)),
+                "expert parallel rank ", rank_, ": hash-routed layer needs tid2eid and token_ids [T]");
+    if (io.tokens == 0) return;
+    cuda::RouterArgs r;
+    r.x = io.x;
+    r.x_is_bf16 = io.x_is_bf16;
+    r.tokens = io.tokens;
+    r.hidden = L_.hidden;
+    r.gate_t = gate_t_.get();
+    r.bias = bias_.size() ? bias_.get() : nullptr;
+    r.experts = L_.experts;
+    r.top_k = L_.top_k;
+    r.scoring = int(config_.scoring);
+    r.rho = config_.routed_scaling_factor;
+    r.norm_topk_prob = config_.norm_topk_prob;
+    if (config_.hash_routed) {
+      r.tid2eid = tid2eid_.get();
+      r.vocab = vocab_;
+      r.token_ids = io.token_ids;
+      r.token_ids_i64 = io.token_ids_i64;
+    }
+    r.topk_ids = router_ids_.get();
+    r.topk_weights = router_weights_.get();
+    r.error_word = area<uint32_t>(own, L_.error_word);
+    cuda::route_tokens(r, s);
+  }
+
   SegmentLayout L_;
   int32_t rank_ = 0;
   float l1_static_g_ = 0.0f;
@@ -165,6 +254,12 @@ class EpRank {
   EpSharedExpert shared_;
   cuda::DeviceBuffer<float> pair_out_;    // [capacity, H] w_j * o_e
   cuda::DeviceBuffer<float> shared_out_;  // [max_tokens, H]
+  MoeConfig config_;
+  cuda::DeviceBuffer<float> gate_t_, bias_;         // [H, E], [E]
+  cuda::DeviceBuffer<int32_t> tid2eid_;             // [vocab, k]
+  int64_t vocab_ = 0;
+  cuda::DeviceBuffer<int32_t> router_ids_;          // [max_tokens, k]
+  cuda::DeviceBuffer<float> router_weights_;        // [max_tokens, k]
 };
 
 // Names the bits of an error word for a host error message.
@@ -173,13 +268,17 @@ inline std::string ep_error_text(uint32_t word, const SegmentLayout& L) {
   if (word & kErrExpertIdOutOfRange) s += "an expert id outside [-1, E=" + std::to_string(L.experts) + ") (skipped); ";
   if (word & kErrCapacity)
     s += "pairs dropped: receive capacity " + std::to_string(L.recv_capacity) + " exceeded (those slots contribute 0); ";
-  if (word & ~uint32_t(kErrExpertIdOutOfRange | kErrCapacity)) s += "unknown error bits; ";
+  if (word & cuda::kErrTokenIdOutOfRange) s += "a token id outside [0, vocab) of the hash router (its slots skipped); ";
+  if (word & ~uint32_t(kErrExpertIdOutOfRange | kErrCapacity | cuda::kErrTokenIdOutOfRange))
+    s += "unknown error bits; ";
   return s;
 }
 
 // Host checks of one rank's forward arguments (spec 6), naming the argument.
+// Routing: the caller's (topk_ids [T, k] int32/int64 GLOBAL + topk_weights
+// [T, k] f32), or none -> the router (token_ids [T] for hash-routed layers).
 inline EpRankIo ep_check_io(const TensorView& x, const RoutingArgs& r, const ForwardOutputs& out,
-                            const SegmentLayout& L, int64_t max_tokens, const char* who) {
+                            const SegmentLayout& L, int64_t max_tokens, bool hash_routed, const char* who) {
   NVFP4_CHECK(x.ndim == 2 && x.shape[1] == L.hidden, who, ": x must be [T, H=", L.hidden, "], got ", shape_string(x));
   const int64_t T = x.shape[0];
   NVFP4_CHECK(T <= max_tokens, who, ": T=", T, " tokens exceed the capacity of ", max_tokens, " tokens");
@@ -187,20 +286,35 @@ inline EpRankIo ep_check_io(const TensorView& x, const RoutingArgs& r, const For
               dtype_name(x.dtype));
   NVFP4_CHECK(x.device == DeviceKind::Cuda, who, ": x must be on the cuda device");
   NVFP4_CHECK(x.is_contiguous(), who, ": x must be contiguous, got strides [", x.strides[0], ", ", x.strides[1], "]");
-  NVFP4_CHECK(r.topk_ids.ndim == 2, who,
-              ": caller routing is required (topk_ids [T, k] GLOBAL ids); the expert-parallel path does not run the "
-              "router");
-  NVFP4_CHECK(r.topk_ids.dtype == DType::I32 || r.topk_ids.dtype == DType::I64, who,
-              ": topk_ids must be int32 or int64, got ", dtype_name(r.topk_ids.dtype));
-  check_tensor(r.topk_ids, "topk_ids", r.topk_ids.dtype, DeviceKind::Cuda, {T, L.top_k});
-  check_tensor(r.topk_weights, "topk_weights", DType::F32, DeviceKind::Cuda, {T, L.top_k});
-  check_tensor(out.y, "y", DType::BF16, DeviceKind::Cuda, {T, L.hidden});
   EpRankIo io;
+  io.route = r.topk_ids.ndim == 0;
+  if (!io.route) {
+    NVFP4_CHECK(r.topk_ids.dtype == DType::I32 || r.topk_ids.dtype == DType::I64, who,
+                ": topk_ids must be int32 or int64, got ", dtype_name(r.topk_ids.dtype));
+    check_tensor(r.topk_ids, "topk_ids", r.topk_ids.dtype, DeviceKind::Cuda, {T, L.top_k});
+    check_tensor(r.topk_weights, "topk_weights", DType::F32, DeviceKind::Cuda, {T, L.top_k});
+    io.ids = r.topk_ids.data;
+    io.ids_i64 = r.topk_ids.dtype == DType::I64;
+    io.weights = r.topk_weights.ptr<float>();
+  } else if (hash_routed) {
+    NVFP4_CHECK(r.token_ids.ndim == 1, who, ": the layer is hash-routed: token_ids [T] is required");
+    NVFP4_CHECK(r.token_ids.dtype == DType::I32 || r.token_ids.dtype == DType::I64, who,
+                ": token_ids must be int32 or int64, got ", dtype_name(r.token_ids.dtype));
+    check_tensor(r.token_ids, "token_ids", r.token_ids.dtype, DeviceKind::Cuda, {T});
+    io.token_ids = r.token_ids.data;
+    io.token_ids_i64 = r.token_ids.dtype == DType::I64;
+  }
+  check_tensor(out.y, "y", DType::BF16, DeviceKind::Cuda, {T, L.hidden});
+  if (out.topk_ids.ndim) {
+    check_tensor(out.topk_ids, "topk_ids (output)", DType::I32, DeviceKind::Cuda, {T, L.top_k});
+    io.ids_out = out.topk_ids.ptr<int32_t>();
+  }
+  if (out.topk_weights.ndim) {
+    check_tensor(out.topk_weights, "topk_weights (output)", DType::F32, DeviceKind::Cuda, {T, L.top_k});
+    io.weights_out = out.topk_weights.ptr<float>();
+  }
   io.x = x.data;
   io.x_is_bf16 = x.dtype == DType::BF16;
-  io.ids = r.topk_ids.data;
-  io.ids_i64 = r.topk_ids.dtype == DType::I64;
-  io.weights = r.topk_weights.ptr<float>();
   io.y = out.y.ptr<__nv_bfloat16>();
   io.tokens = int32_t(T);
   return io;

@@ -77,6 +77,7 @@ NcclEpMoe::NcclEpMoe(ncclComm* comm, const MoeWeights& w, const EpCudaOptions& o
   MoeWeights slice;
   slice.config = w.config;
   slice.shared = w.shared;
+  slice.router = w.router;
   if (w.experts.first_expert == 0 && w.experts.count == w.config.experts) {
     slice.experts = w.experts.slice(first, epr);
   } else {
@@ -108,7 +109,8 @@ uint64_t NcclEpMoe::symm_bytes() const { return impl_->layout.bytes; }
 
 void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream) {
   Impl& m = *impl_;
-  const ep::EpRankIo io = ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, "NcclEpMoe::forward");
+  const ep::EpRankIo io =
+      ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, m.config.hash_routed, "NcclEpMoe::forward");
   auto s = static_cast<cudaStream_t>(stream);
   const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
   m.me->stage(m.peers(), m.symm->local(), io, which, s);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 
 #include "cuda/cuda_check.hpp"
 #include "test_ep_util.hpp"
@@ -230,6 +231,77 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   cudaGraphDestroy(graph);
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0) << "graph replay differs from eager";
   ep.sync_errors();
+}
+
+// No caller routing: each rank runs the router on its own tokens (the CUDA
+// backend's router); selection equals the single-GPU layer's, and so does y.
+// Hash-routed layers look their ids up by token id on the token's rank.
+TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
+  const int R = GetParam();
+  for (const bool hash : {false, true}) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R) + (hash ? " hash" : " scored"));
+    MoeConfig cfg = ep_test_config();
+    cfg.hash_routed = hash;
+    const MoeWeights w = make_synthetic_moe(cfg, seed);
+    Rng rng(seed + 6);
+    const int64_t T = 19, H = cfg.hidden, k = cfg.top_k;
+    const std::vector<float> x = random_normal(rng, T * H);
+    std::vector<int32_t> tid(static_cast<size_t>(T));
+    for (auto& t : tid) t = int32_t(rng.below(std::max<int64_t>(1, w.router.vocab)));
+
+    std::vector<int32_t> ref_ids;
+    std::vector<float> ref_w;
+    std::unique_ptr<Moe> single;
+    try {
+      MoeOptions mo;
+      mo.backend = Backend::Cuda;
+      mo.max_tokens = T;
+      single = std::make_unique<Moe>(w, mo);
+    } catch (const Error&) {
+      single = std::make_unique<Moe>(w, MoeOptions{});
+    }
+    const std::vector<float> ref =
+        single->forward_host(x, T, nullptr, nullptr, hash ? &tid : nullptr, &ref_ids, &ref_w);
+
+    EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
+    cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
+    cuda::DeviceBuffer<int32_t> di(size_t(T * k)), dt(static_cast<size_t>(T));
+    cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
+    dx.upload(x.data(), x.size());
+    dt.upload(tid.data(), tid.size());
+    RoutingArgs ra;  // no topk: the router
+    if (hash) ra.token_ids = make_view(dt.get(), DType::I32, {T}, DeviceKind::Cuda);
+    ForwardOutputs out;
+    out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+    out.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+    out.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+    ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), ra, out, nullptr);
+    std::vector<int32_t> ids(size_t(T * k));
+    std::vector<float> wts(size_t(T * k));
+    std::vector<uint16_t> yb(size_t(T * H));
+    di.download(ids.data(), ids.size());
+    dw.download(wts.data(), wts.size());
+    dy.download(yb.data(), yb.size());
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    ep.sync_errors();
+    EXPECT_EQ(ids, ref_ids) << "expert selection differs from the single-GPU router";
+    EXPECT_LE(rel_l2(wts, ref_w), 1e-6);
+    std::vector<float> y(yb.size());
+    for (size_t i = 0; i < yb.size(); ++i) y[i] = bf16_to_float(Bf16{yb[i]});
+    EXPECT_EQ(count_non_finite(y), 0);
+    EXPECT_LE(rel_l2(y, ref), kTol);
+
+    if (hash) {  // without token ids a hash layer cannot route: a host error, named
+      try {
+        ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), RoutingArgs{}, out, nullptr);
+        ADD_FAILURE() << "hash-routed forward without token_ids accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("hash-routed: token_ids [T] is required"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, EpEmulation, ::testing::Values(1, 2, 4, 8),
