@@ -14,7 +14,10 @@
 //     laid out exactly like the symmetric window (NCCL refuses two ranks on
 //     one GPU), phases run rank after rank on one stream.
 //
-// Routing: topk ids are GLOBAL (or -1). An id outside [-1, E) is skipped and
+// Routing: the caller's (topk ids GLOBAL, or -1), or — when RoutingArgs has no
+// topk_ids — the CUDA backend's router on each token's own rank (token_ids [T]
+// for hash-routed layers); ForwardOutputs.topk_ids/topk_weights, if given,
+// receive the routing used. An id outside [-1, E) is skipped and
 // recorded in the token rank's error word; a pair that does not fit in its
 // owner's receive capacity is dropped, contributes nothing and is recorded
 // (kErrCapacity) on the owner and on the token's rank. sync_errors() reads
@@ -54,9 +57,8 @@ class EpCudaEmulation {
   int ranks() const;
   uint64_t segment_bytes() const;  // bytes of one rank's (would-be symmetric) segment
 
-  // The whole batch on the device: x [T, H] bf16/f32, caller routing
-  // (topk_ids [T, k] int32/int64 GLOBAL, topk_weights [T, k] f32), y [T, H]
-  // bf16. Token chunk r (ep_token_begin) is rank r's. T <= R * max_tokens_per_rank.
+  // The whole batch on the device: x [T, H] bf16/f32, routing as above, y
+  // [T, H] bf16. Token chunk r (ep_token_begin) is rank r's. T <= R * max_tokens_per_rank.
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
   // Host convenience: x f32 [T, H]; returns y as f32 values of the BF16 output.
   std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
@@ -87,7 +89,7 @@ class NcclEpMoe {
   int ranks() const;
   uint64_t symm_bytes() const;  // bytes of the symmetric buffer of this rank
 
-  // This rank's tokens: x [T, H], caller routing, y [T, H] bf16;
+  // This rank's tokens: x [T, H], routing as above, y [T, H] bf16;
   // T <= max_tokens_per_rank. Collective: every rank calls it (T may differ,
   // may be 0). Queued on `stream`, no host synchronisation unless checked.
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
