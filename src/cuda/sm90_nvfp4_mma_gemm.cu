@@ -15,14 +15,14 @@ using mma_gemm::kThreads;
 using mma_gemm::kWarps;
 
 // Resident CTAs per SM each instantiation is compiled for (register budget).
-template <int kNTiles, int kMTiles, int kDepth>
+template <int kNTiles, int kMTiles>
 constexpr int min_blocks() {
-  return kNTiles * kMTiles * kDepth >= 16 ? 2 : (kNTiles * kMTiles * kDepth >= 4 ? 3 : 4);
+  return kNTiles * kMTiles >= 8 ? 2 : (kNTiles * kMTiles >= 4 ? 3 : 4);
 }
 
-template <Projection P, int kNTiles, int kMTiles, int kDepth>
+template <Projection P, int kNTiles, int kMTiles>
 void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream) {
-  auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, kDepth, min_blocks<kNTiles, kMTiles, kDepth>()>;
+  auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, min_blocks<kNTiles, kMTiles>()>;
   int device = 0, sms = 0, per_sm = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -36,23 +36,20 @@ void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream)
 
 template <Projection P>
 void dispatch(const Sm90MmaGemmParams& params, const Sm90MmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.depth == 1 || cfg.depth == 2) {
-    const bool d2 = cfg.depth == 2;
-    if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return d2 ? launch<P, 1, 1, 2>(params, cfg.grid, stream) : launch<P, 1, 1, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return d2 ? launch<P, 2, 1, 2>(params, cfg.grid, stream) : launch<P, 2, 1, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 4 && cfg.m_tiles == 1) return d2 ? launch<P, 4, 1, 2>(params, cfg.grid, stream) : launch<P, 4, 1, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 2 && cfg.m_tiles == 2) return d2 ? launch<P, 2, 2, 2>(params, cfg.grid, stream) : launch<P, 2, 2, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 4 && cfg.m_tiles == 2) return d2 ? launch<P, 4, 2, 2>(params, cfg.grid, stream) : launch<P, 4, 2, 1>(params, cfg.grid, stream);
-  }
-  NVFP4_FAIL("sm90_nvfp4_mma_gemm: no kernel for n_tiles=", cfg.n_tiles, " m_tiles=", cfg.m_tiles, " depth=", cfg.depth,
-             " (have n x m in 1x1, 2x1, 4x1, 2x2, 4x2; depth 1 or 2)");
+  if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return launch<P, 1, 1>(params, cfg.grid, stream);
+  if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return launch<P, 2, 1>(params, cfg.grid, stream);
+  if (cfg.n_tiles == 4 && cfg.m_tiles == 1) return launch<P, 4, 1>(params, cfg.grid, stream);
+  if (cfg.n_tiles == 1 && cfg.m_tiles == 2) return launch<P, 1, 2>(params, cfg.grid, stream);
+  if (cfg.n_tiles == 2 && cfg.m_tiles == 2) return launch<P, 2, 2>(params, cfg.grid, stream);
+  if (cfg.n_tiles == 4 && cfg.m_tiles == 2) return launch<P, 4, 2>(params, cfg.grid, stream);
+  NVFP4_FAIL("sm90_nvfp4_mma_gemm: no kernel for n_tiles=", cfg.n_tiles, " m_tiles=", cfg.m_tiles,
+             " (have n x m in 1x1, 2x1, 4x1, 1x2, 2x2, 4x2)");
 }
 
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c) {
-  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", depth=" << c.depth
-            << ", grid=" << c.grid << "}";
+  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", grid=" << c.grid << "}";
 }
 
 bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {
@@ -62,15 +59,18 @@ bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts) {
   const double per_expert = double(pairs) / double(std::max<int64_t>(1, local_experts));
   Sm90MmaGemmConfig c;
-  // NOTES: one token per expert (decode over many experts): the smallest item,
-  // the most items to spread over 132 SMs. A few tokens: wider N. Many: two
-  // m-tiles share every activation load (halves the L2 traffic of operands).
+  // NOTES (measured on the H200, bench/NOTES.md "Hopper speed"): one token
+  // per expert wants the smallest item (most items to spread over 132 SMs);
+  // from ~8 tokens per expert two m-tiles share every activation load, which
+  // beats wider token groups (activation traffic from L2 is the next limit).
   if (per_expert <= 1.5) {
     c.n_tiles = 1;
-  } else if (per_expert <= 6) {
-    c.n_tiles = 2;
+  } else if (per_expert <= 3) {
+    c.n_tiles = 1;
+    c.m_tiles = 2;
   } else if (per_expert <= 16) {
-    c.n_tiles = 4;
+    c.n_tiles = 2;
+    c.m_tiles = 2;
   } else {
     c.n_tiles = 4;
     c.m_tiles = 2;

@@ -1,9 +1,11 @@
 // sm90_nvfp4_mma_gemm kernel (see sm90_nvfp4_mma_gemm.hpp for the design).
 //
-// CTA: 4 warps on ONE item — kMTiles m16 weight tiles x (8 * kNTiles) token
-// positions of one work tile — each warp a quarter of K. Per stage a lane has
-// kDepth stages of kFragsInFlight 16-byte weight fragments in flight (the
-// next ones), loaded while the current stage is dequantized and multiplied.
+// CTA: 4 warps on ONE unit — kMTiles m16 weight tiles x (8 * kNTiles) token
+// positions of one work tile — each warp a quarter of K. A lane keeps one
+// stage of kFragsInFlight 16-byte weight fragments in flight (the next one),
+// loaded while the current stage is dequantized and multiplied; the last
+// stage of a unit prefetches the first stage of the CTA's next unit, so the
+// stream does not drain between units.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,21 +51,22 @@ __device__ __forceinline__ int32_t operand_row(const GroupedGemmPlan& plan, int3
 
 }  // namespace mma_gemm
 
-template <Projection P, int kNTiles, int kMTiles, int kDepth, int kMinBlocks>
+template <Projection P, int kNTiles, int kMTiles, int kMinBlocks>
 __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
     sm90_nvfp4_mma_gemm_kernel(const __grid_constant__ Sm90MmaGemmParams params) {
   using namespace mma_gemm;
   static_assert(kNTiles == 1 || kNTiles == 2 || kNTiles == 4, "kNTiles: 1, 2 or 4 n8 token tiles per item");
   static_assert(kMTiles == 1 || kMTiles == 2, "kMTiles: 1 or 2 m16 weight tiles per item");
-  static_assert(kDepth == 1 || kDepth == 2, "kDepth: 1 or 2 stages in flight");
   static_assert(kGemmTileTokens % (8 * kNTiles) == 0, "token groups must tile a work tile");
   constexpr int kStageChunks = kFragsInFlight / kMTiles;
   static_assert(kStageChunks % kMmaScaleChunks == 0, "a stage must cover whole scale words");
   constexpr int kPositions = 8 * kNTiles;
   constexpr int kAcc = kMTiles * kNTiles * 4;
+  constexpr int kEpilogueSlots = kMTiles * kNTiles * 2;  // (m, n, column parity) pairs of accumulators
 
-  // Shared memory: the partial sums of warps 1..3 (K split inside the CTA).
-  __shared__ float partial[kWarps - 1][kAcc][32];
+  // Shared memory: every warp's partial sums (K split inside the CTA), two
+  // buffers alternating by unit so one barrier per unit suffices.
+  __shared__ float partial[2][kWarps][kAcc][32];
 
   const GroupedGemmPlan& plan = params.plan;
   const MmaWeights& w = params.w;
@@ -76,163 +79,179 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   const int num_tiles = *plan.num_tiles;
   const int64_t items = m_groups * num_tiles;
 
-  // Scheduler: persistent CTAs; work tile fastest so neighbouring CTAs share m-groups.
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const GemmTile tile = plan.tiles[item % num_tiles];
-    const int64_t mg = item / num_tiles;
-
-    // Weight fragment and scale pointers of this lane, from its K quarter.
+  // Scheduler: persistent CTAs over items (work tile fastest, then m-group);
+  // a unit is one token group of an item.
+  struct Unit {
+    int64_t item;
+    int first;
+    GemmTile tile;
+  };
+  struct Operands {
     const uint4* wp[kMTiles];
     const uint32_t* sp[kMTiles];
+    const __nv_bfloat16* act[kNTiles];
+    int live;
+  };
+  auto next_unit = [&](const Unit& u) {
+    Unit v = u;
+    if (u.first + kPositions < u.tile.rows) {
+      v.first += kPositions;
+    } else {
+      v.item += gridDim.x;
+      v.first = 0;
+      if (v.item < items) v.tile = plan.tiles[v.item % num_tiles];
+    }
+    return v;
+  };
+  auto operands = [&](const Unit& u) {
+    Operands o;
+    const int64_t mg = u.item / num_tiles;
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
-      const int64_t et = int64_t(tile.expert) * m_tiles + mg * kMTiles + m;
-      wp[m] = reinterpret_cast<const uint4*>(w.codes) + (et * k_chunks + chunk0) * 32 + lane;
-      sp[m] = reinterpret_cast<const uint32_t*>(w.scales) + (et * (k_chunks / kMmaScaleChunks) + chunk0 / kMmaScaleChunks) * 32 + lane;
+      const int64_t et = int64_t(u.tile.expert) * m_tiles + mg * kMTiles + m;
+      o.wp[m] = reinterpret_cast<const uint4*>(w.codes) + (et * k_chunks + chunk0) * 32 + lane;
+      o.sp[m] = reinterpret_cast<const uint32_t*>(w.scales) +
+                (et * (k_chunks / kMmaScaleChunks) + chunk0 / kMmaScaleChunks) * 32 + lane;
     }
-
-    // Token groups of the tile; a second group re-reads the weights from L2.
-    for (int first = 0; first < tile.rows; first += kPositions) {
-      const int live = min(kPositions, tile.rows - first);
-      const __nv_bfloat16* act[kNTiles];
+    o.live = min(kPositions, u.tile.rows - u.first);
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        const int q = min(8 * n + g, live - 1);  // padding lanes repeat a live row, never store
-        const int32_t row = operand_row<P>(plan, tile.begin + first + q);
-        act[n] = plan.act + int64_t(row) * plan.ld_act + chunk0 * kMmaChunkK + 16 * t;
-      }
+    for (int n = 0; n < kNTiles; ++n) {
+      const int q = min(8 * n + g, o.live - 1);  // padding lanes repeat a live row, never store
+      const int32_t row = operand_row<P>(plan, u.tile.begin + u.first + q);
+      o.act[n] = plan.act + int64_t(row) * plan.ld_act + chunk0 * kMmaChunkK + 16 * t;
+    }
+    return o;
+  };
 
-      float acc[kMTiles][kNTiles][4];
+  Unit u{int64_t(blockIdx.x), 0, GemmTile{}};
+  if (u.item >= items) return;
+  u.tile = plan.tiles[u.item % num_tiles];
+  Operands op = operands(u);
+
+  // Pipeline: the fragments of the next stage (of this unit or the next one).
+  uint4 frag[kMTiles][kStageChunks];
+  uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
+  auto load_stage = [&](const Operands& o, int64_t st) {
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int j = 0; j < kStageChunks; ++j) frag[m][j] = ptx::ld_global_stream_v4(o.wp[m] + (st * kStageChunks + j) * 32);
+#pragma unroll
+      for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j)
+        scl[m][j] = ptx::ld_global_stream_u32(o.sp[m] + (st * (kStageChunks / kMmaScaleChunks) + j) * 32);
+    }
+  };
+  load_stage(op, 0);
+
+  for (int parity = 0;; parity ^= 1) {
+    const Unit nu = next_unit(u);
+    const bool has_next = nu.item < items;
+    const Operands nop = has_next ? operands(nu) : op;
+
+    // Two accumulator chains (even / odd k-steps) halve the mma dependency chain.
+    float acc[2][kMTiles][kNTiles][4];
+#pragma unroll
+    for (int c2 = 0; c2 < 2; ++c2)
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[m][n][c] = 0.0f;
+          for (int c = 0; c < 4; ++c) acc[c2][m][n][c] = 0.0f;
 
-      // Pipeline: a ring of kDepth stages in flight while stage st is computed.
-      uint4 frag[kDepth][kMTiles][kStageChunks];
-      uint32_t scl[kDepth][kMTiles][kStageChunks / kMmaScaleChunks];
-      auto load_stage = [&](int d, int64_t st) {
+    for (int64_t st = 0; st < stages; ++st) {
+      uint4 cur[kMTiles][kStageChunks];
+      uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+        for (int j = 0; j < kStageChunks; ++j) cur[m][j] = frag[m][j];
+#pragma unroll
+        for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[m][j];
+      }
+      if (st + 1 < stages) {
+        load_stage(op, st + 1);
+      } else if (has_next) {
+        load_stage(nop, 0);
+      }
+
+#pragma unroll
+      for (int j = 0; j < kStageChunks; ++j) {
+        const int64_t chunk = st * kStageChunks + j;
+        uint4 b[kNTiles][2];
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+          if (8 * n < op.live) {
+            b[n][0] = ptx::ld_global_nc_v4(op.act[n] + chunk * kMmaChunkK);
+            b[n][1] = ptx::ld_global_nc_v4(op.act[n] + chunk * kMmaChunkK + 8);
+          }
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
+          uint32_t s_g, s_g8;
+          scale_multipliers(cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), s_g, s_g8);
 #pragma unroll
-          for (int j = 0; j < kStageChunks; ++j)
-            frag[d][m][j] = ptx::ld_global_stream_v4(wp[m] + (st * kStageChunks + j) * 32);
-#pragma unroll
-          for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j)
-            scl[d][m][j] = ptx::ld_global_stream_u32(sp[m] + (st * (kStageChunks / kMmaScaleChunks) + j) * 32);
-        }
-      };
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d)
-        if (d < stages) load_stage(d, d);
-      for (int64_t st0 = 0; st0 < stages; st0 += kDepth) {
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-          const int64_t st = st0 + d;
-          if (st >= stages) break;
-          uint4 cur[kMTiles][kStageChunks];
-          uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
-#pragma unroll
-          for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-            for (int j = 0; j < kStageChunks; ++j) cur[m][j] = frag[d][m][j];
-#pragma unroll
-            for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[d][m][j];
-          }
-          if (st + kDepth < stages) load_stage(d, st + kDepth);
-
-#pragma unroll
-          for (int j = 0; j < kStageChunks; ++j) {
-            const int64_t chunk = st * kStageChunks + j;
-            uint4 b[kNTiles][2];
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            unpack_fragment_word(part(cur[m][j], s), a);
+            a[0] = ptx::mul_bf16x2(a[0], s_g);
+            a[1] = ptx::mul_bf16x2(a[1], s_g8);
+            a[2] = ptx::mul_bf16x2(a[2], s_g);
+            a[3] = ptx::mul_bf16x2(a[3], s_g8);
 #pragma unroll
             for (int n = 0; n < kNTiles; ++n)
-              if (8 * n < live) {
-                b[n][0] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK);
-                b[n][1] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK + 8);
-              }
-#pragma unroll
-            for (int m = 0; m < kMTiles; ++m) {
-              uint32_t s_g, s_g8;
-              scale_multipliers(cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), s_g, s_g8);
-#pragma unroll
-              for (int s = 0; s < 4; ++s) {
-                uint32_t a[4];
-                unpack_fragment_word(part(cur[m][j], s), a);
-                a[0] = ptx::mul_bf16x2(a[0], s_g);
-                a[1] = ptx::mul_bf16x2(a[1], s_g8);
-                a[2] = ptx::mul_bf16x2(a[2], s_g);
-                a[3] = ptx::mul_bf16x2(a[3], s_g8);
-#pragma unroll
-                for (int n = 0; n < kNTiles; ++n)
-                  if (8 * n < live)
-                    ptx::mma_m16n8k16_bf16(acc[m][n], a, part(b[n][s / 2], 2 * (s % 2)),
-                                           part(b[n][s / 2], 2 * (s % 2) + 1));
-              }
-            }
+              if (8 * n < op.live)
+                ptx::mma_m16n8k16_bf16(acc[s & 1][m][n], a, part(b[n][s / 2], 2 * (s % 2)),
+                                       part(b[n][s / 2], 2 * (s % 2) + 1));
           }
         }
       }
-
-      // Reduce the K quarters: warps 1..3 -> shared memory -> warp 0.
-      if (warp > 0) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) partial[warp - 1][(m * kNTiles + n) * 4 + c][lane] = acc[m][n][c];
-      }
-      __syncthreads();
-      if (warp == 0) {
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-#pragma unroll
-              for (int v = 0; v < kWarps - 1; ++v) acc[m][n][c] += partial[v][(m * kNTiles + n) * 4 + c][lane];
-
-        // Epilogue: alpha = g_act * g_w * 2^8 (the fragment scaling), FP32.
-#pragma unroll
-        for (int m = 0; m < kMTiles; ++m) {
-          const int64_t mt = mg * kMTiles + m;
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-              const int q = 8 * n + 2 * t + cc;
-              if (q >= live) continue;
-              const int32_t pos = tile.begin + first + q;
-              if constexpr (P == Projection::GateUp) {
-                const float ga = plan.act_g[operand_row<P>(plan, pos)];
-                const int64_t i = mt * 8 + g;
-                float gate = acc[m][n][cc] * (ga * plan.w_global[tile.expert * 2] * kFragEpilogue);
-                float up = acc[m][n][2 + cc] * (ga * plan.w_global[tile.expert * 2 + 1] * kFragEpilogue);
-                if (plan.has_limit) {  // written so that NaN propagates (fminf would drop it)
-                  const float L = plan.limit;
-                  gate = gate > L ? L : gate;
-                  up = up > L ? L : (up < -L ? -L : up);
-                }
-                plan.h_out[int64_t(pos) * plan.ld_h + i] = gate / (1.0f + expf(-gate)) * up;
-              } else {
-                const int32_t pair = plan.pair_of_pos[pos];
-                const float alpha = plan.act_g[pos] * plan.w_global[tile.expert] * kFragEpilogue;
-                const float wj = plan.topk_weights[pair];
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                  const int64_t row = mt * kMmaTileRows + 8 * half + g;
-                  plan.y_pair[int64_t(pair) * plan.n_valid + row] = acc[m][n][2 * half + cc] * alpha * wj;
-                }
-              }
-            }
-        }
-      }
-      __syncthreads();  // `partial` is reused by the next token group / item
     }
+
+    // Reduce the K quarters through shared memory; the epilogue slots
+    // (m, n, column parity) are spread over the 4 warps.
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          partial[parity][warp][(m * kNTiles + n) * 4 + c][lane] = acc[0][m][n][c] + acc[1][m][n][c];
+    __syncthreads();
+    for (int e = warp; e < kEpilogueSlots; e += kWarps) {
+      const int cc = e % 2, n = (e / 2) % kNTiles, m = e / (2 * kNTiles);
+      const int q = 8 * n + 2 * t + cc;
+      if (q >= op.live) continue;
+      float lo = 0.0f, hi = 0.0f;  // rows g (gate / down row) and g + 8 (up / down row + 8)
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) {
+        lo += partial[parity][v][(m * kNTiles + n) * 4 + cc][lane];
+        hi += partial[parity][v][(m * kNTiles + n) * 4 + 2 + cc][lane];
+      }
+      // Epilogue: alpha = g_act * g_w * 2^8 (the fragment scaling), FP32.
+      const int64_t mt = (u.item / num_tiles) * kMTiles + m;
+      const int32_t pos = u.tile.begin + u.first + q;
+      if constexpr (P == Projection::GateUp) {
+        const float ga = plan.act_g[operand_row<P>(plan, pos)];
+        float gate = lo * (ga * plan.w_global[u.tile.expert * 2] * kFragEpilogue);
+        float up = hi * (ga * plan.w_global[u.tile.expert * 2 + 1] * kFragEpilogue);
+        if (plan.has_limit) {  // written so that NaN propagates (fminf would drop it)
+          const float L = plan.limit;
+          gate = gate > L ? L : gate;
+          up = up > L ? L : (up < -L ? -L : up);
+        }
+        plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + g] = gate / (1.0f + expf(-gate)) * up;
+      } else {
+        const int32_t pair = plan.pair_of_pos[pos];
+        const float alpha = plan.act_g[pos] * plan.w_global[u.tile.expert] * kFragEpilogue;
+        const float wj = plan.topk_weights[pair];
+        float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid + mt * kMmaTileRows + g;
+        yrow[0] = lo * alpha * wj;
+        yrow[8] = hi * alpha * wj;
+      }
+    }
+    if (!has_next) break;
+    u = nu;
+    op = nop;
   }
 }
 

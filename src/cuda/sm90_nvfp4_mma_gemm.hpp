@@ -7,14 +7,16 @@
 //   * weights in the fragment layout (sm90_nvfp4_mma_layout.hpp), loaded
 //     straight from global memory into registers, 16 bytes per lane, one
 //     stage (4 fragments per lane) in flight ahead of the math — no shared
-//     memory on the weight path (a second stage with depth = 2);
+//     memory on the weight path; a unit's last stage prefetches the next
+//     unit's first, so the stream never drains between units;
 //   * dequantization in registers: 11 integer ops per 8 codes plus one BF16
 //     multiply per 2 values (exact: value(q) * s fits BF16);
 //   * mma.sync m16n8k16 with the weights as the 16-row A operand and 8
 //     tokens as N ("swap AB"), kNTiles n8 tiles per item;
-//   * a persistent grid over items (token group, m-tile group, work tile);
-//     the 4 warps of a CTA split K and reduce through shared memory, so even
-//     one active expert spreads over every SM without atomics.
+//   * a persistent grid over items (m-tile group, work tile; token groups
+//     inside); the 4 warps of a CTA split K and reduce through shared memory,
+//     so even one active expert spreads over every SM without atomics, and
+//     the epilogue (SwiGLU / routing weight) is spread over the 4 warps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +40,6 @@ struct Sm90MmaGemmConfig {
   int n_tiles = 1;  // n8 token tiles per item (1, 2 or 4)
   int m_tiles = 1;  // m16 weight tiles per item sharing the activation loads (1 or 2)
   int grid = 0;     // persistent CTAs (0: sm_count x resident CTAs per SM)
-  int depth = 1;    // weight stages (2 KB a warp each) in flight: 1 or 2
 };
 std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c);
 
