@@ -75,6 +75,35 @@ __attribute__((target("avx512f"))) void dot_rows_avx512(const float* a, const fl
   }
 }
 
+// M tokens x 4 rows per pass: 4M accumulators, 4 + M loads per 4M FMAs.
+// Per accumulator the operation sequence is that of dot_rows_avx512.
+template <int M>
+__attribute__((target("avx512f"))) void dot_tokens_avx512(const float* const* a, const float* w, int64_t rows,
+                                                          int64_t K, float* out, int64_t ldo) {
+  int64_t n = 0;
+  for (; n + 4 <= rows; n += 4) {
+    const float* w0 = w + n * K;
+    __m512 acc[M][4];
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+      const __m512 wv0 = _mm512_loadu_ps(w0 + k), wv1 = _mm512_loadu_ps(w0 + K + k);
+      const __m512 wv2 = _mm512_loadu_ps(w0 + 2 * K + k), wv3 = _mm512_loadu_ps(w0 + 3 * K + k);
+      for (int t = 0; t < M; ++t) {
+        const __m512 av = _mm512_loadu_ps(a[t] + k);
+        acc[t][0] = _mm512_fmadd_ps(av, wv0, acc[t][0]);
+        acc[t][1] = _mm512_fmadd_ps(av, wv1, acc[t][1]);
+        acc[t][2] = _mm512_fmadd_ps(av, wv2, acc[t][2]);
+        acc[t][3] = _mm512_fmadd_ps(av, wv3, acc[t][3]);
+      }
+    }
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) out[t * ldo + n + r] = _mm512_reduce_add_ps(acc[t][r]);
+  }
+  if (n < rows)
+    for (int t = 0; t < M; ++t) dot_rows_avx512(a[t], w + n * K, rows - n, K, out + t * ldo + n);
+}
+
 __attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -140,6 +169,22 @@ void widen_bf16(const Bf16* w, int64_t n, float* out) {
   if (has_avx512()) return widen_avx512(w, n, out);
 #endif
   widen_bf16_ref(w, n, out);
+}
+
+void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
+                     int64_t ldo) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) {
+    switch (m) {
+      case 1: return dot_tokens_avx512<1>(a, w, rows, K, out, ldo);
+      case 2: return dot_tokens_avx512<2>(a, w, rows, K, out, ldo);
+      case 3: return dot_tokens_avx512<3>(a, w, rows, K, out, ldo);
+      case 4: return dot_tokens_avx512<4>(a, w, rows, K, out, ldo);
+      default: break;
+    }
+  }
+#endif
+  for (int t = 0; t < m; ++t) dot_rows(a[t], w, rows, K, out + t * ldo);
 }
 
 const char* cpu_kernel_isa() {

@@ -88,7 +88,19 @@ inline void dot_rows_ref(const float* a, const float* w, int64_t rows, int64_t K
   for (; n < rows; ++n) out[n] = dot_row_ref(a, w + n * K, K);
 }
 
+// Up to kDotTokens tokens against the same weight rows (the weight tile is
+// read once for all of them): out[t * ldo + r] = dot(a[t], w row r).
+// Each token's result is bit-identical to dot_rows on that token alone, so
+// results never depend on how tokens were grouped.
+constexpr int kDotTokens = 4;
+inline void dot_rows_tokens_ref(const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
+                                int64_t ldo) {
+  for (int t = 0; t < m; ++t) dot_rows_ref(a[t], w, rows, K, out + t * ldo);
+}
+
 // The run-time-dispatched versions (cpu_kernels.cpp): same contracts.
+void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
+                     int64_t ldo);
 void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
                            int64_t K, float* out);
 void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out);

@@ -57,7 +57,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   std::vector<Scratch> scratch(static_cast<size_t>(workers));
   for (auto& s : scratch) {
     s.tile.resize(size_t(kTileRows * std::max(H, I)));
-    s.dots.resize(size_t(kTileRows));
+    s.dots.resize(size_t(kTileRows * kDotTokens));
   }
 
   // 1. gate/up = a . W13^T, [pairs (sorted), 2I]: rows [0, I) gate, [I, 2I) up.
@@ -71,11 +71,18 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / 16);
     dequant_rows_noglobal(lut, codes, scales, n, H, s.tile.data());
     const float g_gate = w.w13_global[size_t(2 * e)], g_up = w.w13_global[size_t(2 * e + 1)];
-    for (int64_t pos = groups.offsets[size_t(e)]; pos < groups.offsets[size_t(e + 1)]; ++pos) {
-      const int64_t row = pairs[groups.pair[size_t(pos)]].row;
-      dot_rows(a_values + row * H, s.tile.data(), n, H, s.dots.data());
-      float* out = gateup.data() + pos * 2 * I + it.row0;
-      for (int64_t r = 0; r < n; ++r) out[r] = s.dots[size_t(r)] * (a_g[row] * (it.row0 + r < I ? g_gate : g_up));
+    const int64_t end = groups.offsets[size_t(e + 1)];
+    for (int64_t pos0 = groups.offsets[size_t(e)]; pos0 < end; pos0 += kDotTokens) {
+      const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
+      const float* a[kDotTokens];
+      for (int t = 0; t < m; ++t) a[t] = a_values + int64_t(pairs[groups.pair[size_t(pos0 + t)]].row) * H;
+      dot_rows_tokens(a, m, s.tile.data(), n, H, s.dots.data(), kTileRows);
+      for (int t = 0; t < m; ++t) {
+        const int64_t pos = pos0 + t, row = pairs[groups.pair[size_t(pos)]].row;
+        float* out = gateup.data() + pos * 2 * I + it.row0;
+        const float* d = s.dots.data() + t * kTileRows;
+        for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (a_g[row] * (it.row0 + r < I ? g_gate : g_up));
+      }
     }
   });
 
@@ -106,10 +113,18 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / 16);
     dequant_rows_noglobal(lut, codes, scales, n, I, s.tile.data());
     const float g_w = w.w2_global[size_t(e)];
-    for (int64_t pos = groups.offsets[size_t(e)]; pos < groups.offsets[size_t(e + 1)]; ++pos) {
-      dot_rows(h_values.data() + pos * I, s.tile.data(), n, I, s.dots.data());
-      float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
-      for (int64_t r = 0; r < n; ++r) out[r] = s.dots[size_t(r)] * (h_g[size_t(pos)] * g_w);
+    const int64_t end = groups.offsets[size_t(e + 1)];
+    for (int64_t pos0 = groups.offsets[size_t(e)]; pos0 < end; pos0 += kDotTokens) {
+      const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
+      const float* a[kDotTokens];
+      for (int t = 0; t < m; ++t) a[t] = h_values.data() + (pos0 + t) * I;
+      dot_rows_tokens(a, m, s.tile.data(), n, I, s.dots.data(), kTileRows);
+      for (int t = 0; t < m; ++t) {
+        const int64_t pos = pos0 + t;
+        float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
+        const float* d = s.dots.data() + t * kTileRows;
+        for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (h_g[size_t(pos)] * g_w);
+      }
     }
   });
 }

@@ -67,6 +67,30 @@ TEST(CpuKernels, DotsMatchReferenceAndWideningIsExact) {
                   int64_t(f1.size() * 4), "widen_bf16");
 }
 
+TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
+  // Grouping must never change a token's result (EP ranks group differently).
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  Rng rng(seed);
+  for (int64_t rows : {4, 16, 7}) {
+    const int64_t K = 16 * (1 + rng.below(200));
+    const std::vector<float> w = random_normal(rng, rows * K);
+    std::vector<std::vector<float>> a;
+    for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
+    for (int m = 1; m <= cpu::kDotTokens; ++m) {
+      const float* ap[cpu::kDotTokens];
+      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+      std::vector<float> got(static_cast<size_t>(m * 20), NAN), one(static_cast<size_t>(rows));
+      cpu::dot_rows_tokens(ap, m, w.data(), rows, K, got.data(), 20);
+      for (int t = 0; t < m; ++t) {
+        cpu::dot_rows(a[size_t(t)].data(), w.data(), rows, K, one.data());
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(got[size_t(t * 20 + r)], one[size_t(r)]) << "m=" << m << " token " << t << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(RouterMath, ScoresTopkAndWeightsFollowTheSpec) {
   // softplus switches to identity above 20; sqrt in double rounded once.
   EXPECT_EQ(router::sqrt_softplus_score(25.0f), float(std::sqrt(25.0)));
