@@ -50,7 +50,7 @@ status=0
 if [[ "$MODE" == tests || "$MODE" == all ]]; then
   # One GPU: the R=1 NCCL path and the R in {1,2,4,8} emulation; with >= 2
   # GPUs EpMultiGpu launches one process per GPU and compares every rank.
-  if timeout "${EP_TEST_TIMEOUT:-110}" "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='EpIndex.*:Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*' >"$OUT/ep_tests.log" 2>&1; then
+  if timeout "${EP_TEST_TIMEOUT:-110}" "$BUILD/tests/nvfp4moe_gpu_tests" --gtest_filter='EpIndex.*:Ranks/EpEmulation.*:EpEmulationErrors.*:EpNccl.*:EpMultiGpu.*:EpCli.*' >"$OUT/ep_tests.log" 2>&1; then
     echo "ep tests: PASS" | tee -a "$OUT/summary.txt"
   else
     status=1

@@ -13,6 +13,7 @@
 
 #include "common/test_util.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
+#include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::test {
