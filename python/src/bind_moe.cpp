@@ -93,6 +93,20 @@ std::vector<Bf16> host_bf16(const TensorView& v0, const char* arg, std::initiali
   return out;
 }
 
+// Block scales of weights must be finite, non-negative UE4M3 bytes: 0x7F/0xFF
+// are E4M3 NaN, and a set sign bit is not a UE4M3 value (spec sections 1, 6).
+void check_weight_scale_bytes(const std::vector<uint8_t>& s, const char* name, int64_t rows, int64_t blocks,
+                              int64_t first_expert) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const uint8_t b = s[i];
+    if ((b & 0x7F) != 0x7F && (b & 0x80) == 0) continue;
+    const int64_t per_expert = rows * blocks, e = int64_t(i) / per_expert, r = int64_t(i) % per_expert / blocks;
+    NVFP4_FAIL(name, ": block scale byte 0x", std::hex, int(b), std::dec, " of expert ", first_expert + e, " row ",
+               r, " block ", int64_t(i) % blocks, (b & 0x7F) == 0x7F ? " is NaN" : " is negative",
+               " (UE4M3 block scales must be finite and >= 0)");
+  }
+}
+
 MoeWeights make_weights(const MoeConfig& cfg, const InArray& w13_codes_a, const InArray& w13_scales_a,
                         const InArray& w13_global_a, const InArray& w2_codes_a, const InArray& w2_scales_a,
                         const InArray& w2_global_a, nb::handle w13_input_scale_a, nb::handle w2_input_scale_a,
@@ -132,6 +146,8 @@ MoeWeights make_weights(const MoeConfig& cfg, const InArray& w13_codes_a, const 
   NVFP4_CHECK(cfg.l2_input == InputScaleMode::Dynamic || !x.w2_input_scale.empty(),
               "w2_input_scale: the config asks for a static L2 input scale but none was given");
   x.validate();
+  check_weight_scale_bytes(x.w13_scales, "w13_weight_scale", 2 * I, H / 16, first_expert);
+  check_weight_scale_bytes(x.w2_scales, "w2_weight_scale", H, I / 16, first_expert);
 
   RouterWeights& r = w.router;
   if (router_gate_a.is_none()) r.gate.assign(size_t(E * H), 0.0f);  // caller-supplied routing only

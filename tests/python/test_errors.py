@@ -157,6 +157,14 @@ def test_moe_construction_bad_inputs(rng):
         g = t["w2_weight_scale_2"].copy()
         g[5] = -1
         build(w2_weight_scale_2=g)
+    s13 = t["w13_weight_scale"].copy()
+    s13[2, 40, 3] = 0x7F
+    with raises(r"w13_weight_scale: block scale byte 0x7f of expert 2 row 40 block 3 is NaN"):
+        build(w13_weight_scale=s13)
+    s2 = t["w2_weight_scale"].copy()
+    s2[7, 1, 0] = 0xB8
+    with raises(r"w2_weight_scale: block scale byte 0xb8 of expert 7 row 1 block 0 is negative"):
+        build(w2_weight_scale=s2)
     with raises(r"router_gate: shape \[8, 32\], dim 1 expected 64"):
         build(router_gate=np.zeros((8, 32), np.float32))
     with raises(r"shared_w2"):
