@@ -102,7 +102,9 @@ class SafetensorsWriter {
 };
 
 // A Hugging Face model directory: one model.safetensors, or shards listed by
-// model.safetensors.index.json; config.json; hf_quant_config.json if present.
+// model.safetensors.index.json (every listed tensor must be in its shard; a
+// tensor in two shards is an error); config.json; hf_quant_config.json if
+// present. `path` may also be a single .safetensors file (no config then).
 class ModelDir {
  public:
   explicit ModelDir(const std::string& path);
@@ -122,8 +124,10 @@ class ModelDir {
 
 // The MoE config of layer `layer` from config.json (keys of spec section 4 and
 // issue #3: hidden_size, moe_intermediate_size, n_routed_experts,
-// num_experts_per_tok, n_shared_experts, routed_scaling_factor, swiglu_limit,
-// num_hash_layers / mlp_layer_types, scoring_func, norm_topk_prob).
+// num_experts_per_tok required; n_shared_experts (0), routed_scaling_factor
+// (1), swiglu_limit (none), scoring_func ("sqrtsoftplus"), norm_topk_prob
+// (true) optional; hash-routed when mlp_layer_types[layer] == "hash_moe", else
+// when layer < num_hash_layers (3 when absent)). Errors name the key.
 MoeConfig read_moe_config(const ModelDir& dir, int layer);
 
 struct LoadOptions {
@@ -136,7 +140,12 @@ struct LoadOptions {
 // Loads layer `layer`'s MoE: ModelOpt NVFP4 experts into ExpertWeights (gate
 // and up fused per expert as w13, each keeping its weight_scale_2), router,
 // bias, tid2eid for hash layers, shared expert (bf16). Validates shapes,
-// dtypes and global scales, naming the tensor and expert.
+// dtypes, global scales (NaN/Inf/<=0) and block-scale bytes (NaN, negative),
+// naming the tensor and expert. Input scales: w13_input_scale[e] =
+// max(gate, up input_scale), w2_input_scale[e] = down's, filled when every
+// loaded expert has them (required with static_l1_input / static_l2_input);
+// the backends use the max over experts as the one static g of x.
+// docs/checkpoints.md has the names, dtypes and shapes.
 MoeWeights load_moe_layer(const ModelDir& dir, int layer, const LoadOptions& options = {});
 
 // Writes `weights` as layer `layer` of a Hugging Face DeepSeek-V4 directory
