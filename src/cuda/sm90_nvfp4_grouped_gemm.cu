@@ -24,6 +24,7 @@ constexpr int kStageBytes = kTileBytes + kBStageBytes;
 static_assert(kTileBytes % 16 == 0 && kStageBytes % 16 == 0, "stages must keep 16-byte alignment for cp.async");
 static_assert(kTileN == 32 * (kThreads / 32), "each warp owns 32 weight rows");
 static_assert(kGemmTileTokens == 64, "each warp covers 8 n8 tiles of positions");
+static_assert(kBRow % 8 == 0, "operand rows are whole 16-byte chunks");
 
 template <Projection P>
 __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(GroupedGemmPlan plan) {
@@ -65,14 +66,22 @@ __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(Group
     uint8_t* st = stages + stage * kStageBytes;
     const uint8_t* src = w_src + ks * kTileBytes;
     for (int c = tid; c < kTileBytes / 16; c += kThreads) ptx::cp_async_16(st + c * 16, src + c * 16, 16);
+    // Only the tile's live positions (a prefix): padding rows were zeroed once.
     __nv_bfloat16* b = reinterpret_cast<__nv_bfloat16*>(st + kTileBytes);
-    for (int c = tid; c < kGemmTileTokens * (kTileK / 8); c += kThreads) {
+    for (int c = tid; c < tile.rows * (kTileK / 8); c += kThreads) {
       const int r = c >> 3, q = c & 7;
-      const int32_t row = pos_row[r];
-      const __nv_bfloat16* g = row < 0 ? plan.act : plan.act + int64_t(row) * plan.ld_act + ks * kTileK + q * 8;
-      ptx::cp_async_16(b + r * kBRow + q * 8, g, row < 0 ? 0 : 16);
+      ptx::cp_async_16(b + r * kBRow + q * 8, plan.act + int64_t(pos_row[r]) * plan.ld_act + ks * kTileK + q * 8, 16);
     }
   };
+
+  // Padding positions: zero their operand rows in every stage once (no
+  // per-step loads for them; their columns are dropped by the epilogue).
+  for (int i = tid; i < kStages * kGemmTileTokens * (kBRow / 8); i += kThreads) {
+    const int stage = i / (kGemmTileTokens * (kBRow / 8)), rest = i % (kGemmTileTokens * (kBRow / 8));
+    const int r = rest / (kBRow / 8), q = rest % (kBRow / 8);
+    if (r >= tile.rows)
+      *reinterpret_cast<uint4*>(stages + stage * kStageBytes + kTileBytes + (r * kBRow + q * 8) * 2) = make_uint4(0, 0, 0, 0);
+  }
 
   float acc[2][8][4];
 #pragma unroll
@@ -117,6 +126,7 @@ __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(Group
       }
 #pragma unroll
       for (int ni = 0; ni < 8; ++ni) {
+        if (ni * 8 >= tile.rows) break;  // block-uniform: decode tiles skip empty n8 tiles
         const __nv_bfloat16* br = b + (ni * 8 + grp) * kBRow + c * 16 + 2 * tig;
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(br);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(br + 8);
