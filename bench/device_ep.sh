@@ -83,8 +83,9 @@ if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
     tail -30 "$OUT/ep_bench.log"
   fi
 elif [[ "$MODE" == bench || "$MODE" == all ]]; then
-  # One GPU: the R = 1 NCCL path alone (communication is a local copy).
-  if timeout "${EP_BENCH_TIMEOUT:-55}" "$BUILD/nvfp4moe" bench --ep 1 --model "${EP_MODEL:-dsv4-flash}" --tokens 1,64,512 --iters 10 \
+  # One GPU: the R = 1 NCCL path alone (communication is a local copy), with
+  # the 48 experts one rank of EP8 holds for DeepSeek-V4-Pro.
+  if timeout "${EP_BENCH_TIMEOUT:-55}" "$BUILD/nvfp4moe" bench --ep 1 --model dsv4-pro --experts 48 --tokens 1,64,512 --iters 10 \
       >"$OUT/ep_bench.log" 2>&1; then
     cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
   else

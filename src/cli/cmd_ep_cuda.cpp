@@ -88,6 +88,9 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   const std::string model = args.get("model", "dsv4-pro");
   MoeConfig cfg = model == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
   NVFP4_CHECK(model == "dsv4-pro" || model == "dsv4-flash", "--model: dsv4-pro or dsv4-flash, got '", model, "'");
+  // --experts E: the geometry with fewer experts (e.g. one EP8 rank's 48 on one GPU).
+  cfg.experts = args.get_int("experts", cfg.experts);
+  NVFP4_CHECK(cfg.experts >= cfg.top_k, "--experts: need at least k=", cfg.top_k, " experts, got ", cfg.experts);
   const std::vector<int64_t> tokens = parse_list(args.get("tokens", "1,8,64,512"));
   const int iters = int(args.get_int("iters", 20)), warmup = int(args.get_int("warmup", 3));
   const uint64_t seed = uint64_t(args.get_int("seed", 1));
@@ -270,7 +273,7 @@ void join_parts(const std::string& output, int R) {
 
 int cmd_bench_ep_cuda(int argc, char** argv) {
   Args args(argc, argv, {"help"});
-  args.allow_only({"help", "ep", "model", "tokens", "iters", "warmup", "seed", "device", "workload"});
+  args.allow_only({"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload"});
   const int R = int(args.get_int("ep", 1));
   NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);
