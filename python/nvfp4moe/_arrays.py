@@ -148,6 +148,23 @@ def scalar_array(ref, value, name: str):
     return value.reshape(1)
 
 
+def scalar_value(value, name: str) -> float:
+    """A static global scale as a host float: a number, or a one-element array
+    (a CUDA tensor is read back, which synchronises with its stream)."""
+    if not isinstance(value, (int, float, np.floating, np.integer)):
+        value = as_input(value, name)
+        fw = framework(value)
+        count = value.numel() if fw == "torch" else value.size
+        if count != 1:
+            raise Error(f"{name}: expected one value, got shape {tuple(value.shape)}")
+        value = value.reshape(-1)[0]
+        value = value.item() if fw in ("torch", "cupy") else value
+    v = float(value)
+    if not np.isfinite(v) or v <= 0:
+        raise Error(f"{name}: a static global scale must be finite and > 0, got {v}")
+    return v
+
+
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
     """BF16 bit patterns (uint16) -> the same values as float32 (exact)."""
     return (bits.astype(np.uint32) << 16).view(np.float32)

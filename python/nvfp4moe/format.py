@@ -6,7 +6,7 @@ same bytes."""
 from __future__ import annotations
 
 from . import _C
-from ._arrays import as_input, empty_like, framework, out_view, scalar_array, stream_of
+from ._arrays import as_input, empty_like, framework, is_cuda, out_view, scalar_array, scalar_value, stream_of
 from ._C import Error
 
 SCOPES = ("per_row", "per_tensor", "static")
@@ -58,14 +58,20 @@ def quantize(x, scope: str = "per_row", global_scale=None, layout: str = "linear
     if scope == "static":
         if global_scale is None:
             raise Error("global_scale: scope 'static' needs a global scale")
-        static = scalar_array(x, global_scale, "global_scale")
+        static = scalar_value(global_scale, "global_scale")
     elif global_scale is not None:
         raise Error(f"global_scale: only scope 'static' takes a global scale, got scope {scope!r}")
     kb = k_elems // 16
     codes = empty_like(x, (rows, k_elems // 2), "uint8")
     scales = empty_like(x, swizzled_shape(rows, kb) if layout == "swizzled" else (rows, kb), "scale")
     g = empty_like(x, (rows if scope == "per_row" else 1,), "float32")
-    _C.quantize(as_input(x, "x"), scope, static, codes, out_view(scales), g, layout, stream_of(x, stream))
+    g_rows = amax = None
+    if is_cuda(x) and scope != "per_row":  # device scratch of the staging kernel
+        g_rows = empty_like(x, (rows,), "float32")
+        if scope == "per_tensor":
+            amax = empty_like(x, (1,), "int32")
+    _C.quantize(as_input(x, "x"), scope, static, codes, out_view(scales), g, layout, stream_of(x, stream), g_rows,
+                amax)
     return codes, scales, g
 
 

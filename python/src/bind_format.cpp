@@ -3,9 +3,11 @@
 // in place; host arrays go through src/format, device arrays through
 // device_format.cu on the caller's stream.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,8 +54,10 @@ void check_cuda_build(const TensorView& v, const char* what) {
 #endif
 }
 
-void quantize(const InArray& x_arr, const std::string& scope_name, nb::handle static_g_arr, const OutArray& codes_arr,
-              const OutArray& scales_arr, const OutArray& g_out_arr, const std::string& layout, uintptr_t stream) {
+void quantize(const InArray& x_arr, const std::string& scope_name, std::optional<float> static_g,
+              const OutArray& codes_arr, const OutArray& scales_arr, const OutArray& g_out_arr,
+              const std::string& layout, uintptr_t stream, nb::handle g_rows_scratch_arr,
+              nb::handle amax_scratch_arr) {
   const ScaleScope scope = parse_scope(scope_name);
   const bool swizzled = parse_layout(layout);
   TensorView x = as_bf16_bits(to_view(x_arr, "x"));
@@ -74,27 +78,38 @@ void quantize(const InArray& x_arr, const std::string& scope_name, nb::handle st
   check_tensor(codes, "codes", DType::U8, x.device, {rows, cols / 2});
   check_scales(scales, "scales", rows, cols / kBlockSize, swizzled, x.device);
   check_tensor(g_out, "global_scale", DType::F32, x.device, {scope == ScaleScope::PerRow ? rows : 1});
-  TensorView static_g;
   if (scope == ScaleScope::Static) {
-    NVFP4_CHECK(!static_g_arr.is_none(), "global_scale: scope 'static' needs a global scale");
-    static_g = optional_view(static_g_arr, "global_scale", false);
-    check_same_device(static_g, "global_scale", x, "x");
-    check_tensor(static_g, "global_scale", DType::F32, x.device, {1});
+    NVFP4_CHECK(static_g.has_value(), "global_scale: scope 'static' needs a global scale");
+    NVFP4_CHECK(std::isfinite(*static_g) && *static_g > 0.0f,
+                "global_scale: a static global scale must be finite and > 0, got ", *static_g);
   } else {
-    NVFP4_CHECK(static_g_arr.is_none(), "global_scale: only scope 'static' takes a global scale, got scope '",
+    NVFP4_CHECK(!static_g.has_value(), "global_scale: only scope 'static' takes a global scale, got scope '",
                 scope_name, "'");
   }
 
   if (x.device == DeviceKind::Cuda) {
 #ifdef NVFP4MOE_HAS_CUDA
+    TensorView g_rows, amax;
+    if (scope != ScaleScope::PerRow) {  // the staging kernel writes one g per row
+      g_rows = optional_view(g_rows_scratch_arr, "g_rows_scratch", true);
+      check_same_device(g_rows, "g_rows_scratch", x, "x");
+      check_tensor(g_rows, "g_rows_scratch", DType::F32, x.device, {rows});
+    }
+    if (scope == ScaleScope::PerTensor) {
+      amax = optional_view(amax_scratch_arr, "amax_scratch", true);
+      check_same_device(amax, "amax_scratch", x, "x");
+      check_tensor(amax, "amax_scratch", DType::I32, x.device, {1});
+    }
     DeviceQuantizeArgs a;
     a.x = x.data;
     a.x_is_bf16 = x.dtype == DType::BF16;
     a.rows = rows;
     a.cols = cols;
     a.scope = scope;
-    a.static_g = static_g.ptr<const float>();
+    a.static_g = static_g.value_or(1.0f);
     a.g_out = g_out.ptr<float>();
+    a.g_rows_scratch = g_rows.ptr<float>();
+    a.amax_scratch = amax.ptr<uint32_t>();
     a.codes = codes.ptr<uint8_t>();
     a.scales = scales.ptr<uint8_t>();
     a.swizzled = swizzled;
@@ -113,12 +128,9 @@ void quantize(const InArray& x_arr, const std::string& scope_name, nb::handle st
                                  : abs_max(x.ptr<const Bf16>() + offset, n);
   };
   switch (scope) {
-    case ScaleScope::Static: {
-      const float s = *static_g.ptr<const float>();
-      NVFP4_CHECK(std::isfinite(s) && s > 0.0f, "global_scale: a static global scale must be finite and > 0, got ", s);
-      g[0] = s;
+    case ScaleScope::Static:
+      g[0] = *static_g;
       break;
-    }
     case ScaleScope::PerTensor:
       g[0] = global_scale_for_amax(amax(0, rows * cols));
       break;
@@ -232,9 +244,11 @@ void convert_scales(const InArray& in_arr, const OutArray& out_arr, bool to_swiz
 void bind_format(nb::module_& m) {
   m.def("quantize", &quantize, nb::arg("x"), nb::arg("scope"), nb::arg("static_global_scale").none(),
         nb::arg("codes"), nb::arg("scales"), nb::arg("global_scale"), nb::arg("layout"), nb::arg("stream"),
+        nb::arg("g_rows_scratch").none() = nb::none(), nb::arg("amax_scratch").none() = nb::none(),
         "Quantize x [rows, K] (float32/bfloat16) into caller-allocated codes [rows, K/2], scales "
         "(linear [rows, K/16] or swizzled [ceil128(rows), ceil4(K/16)]) and global_scale ([rows] for "
-        "per_row, else [1]). Device arrays: queued on `stream`.");
+        "per_row, else [1]). Device arrays: queued on `stream`; per_tensor and static scopes then also "
+        "need device scratch g_rows_scratch float32 [rows], and per_tensor amax_scratch int32 [1].");
   m.def("dequantize", &dequantize, nb::arg("codes"), nb::arg("scales"), nb::arg("global_scale"), nb::arg("out"),
         nb::arg("layout"), nb::arg("stream"),
         "out [rows, K] (float32/bfloat16) = value(code) * e4m3(scale) * global_scale.");

@@ -1,7 +1,10 @@
 // NVFP4 quantization, dequantization and scale-layout conversion of arrays in
-// CUDA device memory, for the Python module (device_format.cu). Every byte
-// comes from the codecs of src/format/nvfp4_codec.hpp, so the results equal
-// the host quantizer's (tests/python/test_torch_gpu.py checks it bit for bit).
+// CUDA device memory, for the Python module (device_format.cu). Quantization
+// is the CUDA backend's activation staging (src/cuda/quantize_act.hpp);
+// dequantization and the layout conversions are small kernels here. Every
+// byte comes from the codecs of src/format/nvfp4_codec.hpp, so the results
+// equal the host quantizer's (tests/python/test_torch.py checks it bit for
+// bit on the GPU).
 //
 // All work is queued on `stream` (a cudaStream_t) with no host
 // synchronisation, so the calls can be captured in a CUDA graph. Arguments are
@@ -19,8 +22,10 @@ struct DeviceQuantizeArgs {
   bool x_is_bf16 = false;   // else f32
   int64_t rows = 0, cols = 0;
   ScaleScope scope = ScaleScope::PerRow;
-  const float* static_g = nullptr;  // Static: one g in device memory
+  float static_g = 1.0f;            // Static
   float* g_out = nullptr;           // [rows] (PerRow) or [1]
+  float* g_rows_scratch = nullptr;  // [rows] device scratch (PerTensor, Static)
+  uint32_t* amax_scratch = nullptr; // one word of device scratch (PerTensor)
   uint8_t* codes = nullptr;         // [rows, cols/2]
   uint8_t* scales = nullptr;        // linear [rows, cols/16] or swizzled bytes
   bool swizzled = false;

@@ -218,5 +218,12 @@ def test_gpu_bad_inputs(rng):
     assert torch.equal(y_bad, y_good)
     with pytest.raises(nvfp4moe.Error, match=r"x: K \(the last dimension\) must be a multiple of 16"):
         nt.quantize(torch.zeros(4, 40, device="cuda"))
-    with pytest.raises(nvfp4moe.Error, match=r"global_scale: on cpu but x is on cuda:0"):
-        nvfp4moe.quantize(torch.zeros(4, 32, device="cuda"), "static", torch.ones(1))
+    # A static scale given as a tensor (on either device) equals the number.
+    xs = torch.randn(4, 32, device="cuda")
+    want = nvfp4moe.quantize(xs, "static", 0.25)
+    for g in (torch.full((1,), 0.25), torch.full((1,), 0.25, device="cuda")):
+        for a, b in zip(nvfp4moe.quantize(xs, "static", g), want):
+            assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                               b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    with pytest.raises(nvfp4moe.Error, match=r"global_scale: a static global scale must be finite and > 0, got -1"):
+        nvfp4moe.quantize(xs, "static", torch.full((1,), -1.0, device="cuda"))
