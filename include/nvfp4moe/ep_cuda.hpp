@@ -40,6 +40,8 @@ struct EpCudaOptions {
   float l1_static_scale = 0.0f;       // static L1 input g when config.l1_input is Static; 0 = max over the given experts
   bool checked = false;               // synchronise after each forward and report the error word at once
   bool reference_compute = false;     // local experts by the scalar reference instead of the grouped GEMM (tests)
+  bool combine_bf16 = false;          // carry w_j * o_e back as BF16: half the combine traffic, one more
+                                      // rounding per slot (default FP32: the single-GPU backend's values)
 };
 
 // Tokens of rank r in a batch of `tokens` split over `ranks` in contiguous chunks.

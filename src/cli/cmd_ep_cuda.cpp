@@ -93,6 +93,8 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   NVFP4_CHECK(cfg.experts >= cfg.top_k, "--experts: need at least k=", cfg.top_k, " experts, got ", cfg.experts);
   const std::vector<int64_t> tokens = parse_list(args.get("tokens", "1,8,64,512"));
   const int iters = int(args.get_int("iters", 20)), warmup = int(args.get_int("warmup", 3));
+  const std::string combine = args.get("combine", "f32");
+  NVFP4_CHECK(combine == "f32" || combine == "bf16", "--combine: f32 or bf16, got '", combine, "'");
   const uint64_t seed = uint64_t(args.get_int("seed", 1));
   const int R = env.world, me = env.rank;
   NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
@@ -101,13 +103,14 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   const MoeWeights w = cuda::make_random_nvfp4_moe(cfg, seed, me * epr, epr);
   if (me == 0)
     std::printf("expert parallel over %d GPUs (NCCL symmetric memory, LSA barriers), %s: H=%lld I=%lld E=%lld "
-                "(%lld per rank) k=%lld\n%8s %12s %14s %12s\n",
+                "(%lld per rank) k=%lld, %s combine\n%8s %12s %14s %12s\n",
                 R, model.c_str(), (long long)H, (long long)cfg.intermediate, (long long)cfg.experts, (long long)epr,
-                (long long)k, "T/rank", "us/forward", "tokens/s (all)", "symm MB");
+                (long long)k, combine.c_str(), "T/rank", "us/forward", "tokens/s (all)", "symm MB");
   for (const int64_t T : tokens) {
     NVFP4_CHECK(T >= 1, "--tokens: token counts must be >= 1, got ", T);
     EpCudaOptions o;
     o.max_tokens_per_rank = T;
+    o.combine_bf16 = combine == "bf16";
     // Uniform routing: a rank receives T*k pairs on average; room for 2x
     // (all R*T*k when that is small, so short rows never overflow).
     o.recv_capacity = std::min<int64_t>(R * T * k, std::max<int64_t>(2 * T * k, 4096));
@@ -273,7 +276,8 @@ void join_parts(const std::string& output, int R) {
 
 int cmd_bench_ep_cuda(int argc, char** argv) {
   Args args(argc, argv, {"help"});
-  args.allow_only({"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload"});
+  args.allow_only(
+      {"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine"});
   const int R = int(args.get_int("ep", 1));
   NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);

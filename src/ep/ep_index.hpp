@@ -69,6 +69,7 @@ struct SegmentLayout {
   int32_t local_experts = 0;     // E / R
   int32_t max_tokens = 0;        // tokens a rank may stage per forward
   int32_t recv_capacity = 0;     // pairs a rank may receive per forward
+  int32_t combine_bytes = 4;     // bytes per combine element: 4 (FP32) or 2 (BF16)
 
   // send area: this rank's tokens, read by the experts' owners (pull dispatch)
   uint64_t send_count = 0;       // int32: tokens staged this forward
@@ -78,9 +79,9 @@ struct SegmentLayout {
   uint64_t send_ids = 0;         // i32 [max_tokens, k] GLOBAL ids
   uint64_t send_weights = 0;     // f32 [max_tokens, k]
   // combine area: w_j * o_e of this rank's pairs, written by the owners (push).
-  // FP32 like the single-GPU backend's pair buffer, so EP sums the very same
-  // values in the same order (BF16 would halve this traffic; see docs/ep.md).
-  uint64_t combine_rows = 0;     // f32 [max_tokens * k, H]
+  // FP32 by default, like the single-GPU backend's pair buffer, so EP sums the
+  // very same values in the same order; BF16 halves the traffic (docs/ep.md).
+  uint64_t combine_rows = 0;     // f32 or bf16 [max_tokens * k, H]
   uint64_t combine_flags = 0;    // i32 [max_tokens * k]: 1 = row written this forward
   // receive area: pairs this rank computes, grouped by local expert
   uint64_t recv_codes = 0;       // u8 [capacity, H/2]
@@ -106,7 +107,7 @@ struct SegmentLayout {
 // Computes every offset (256-byte aligned: vector copies and ncclMemAlloc
 // granularity never split an area).
 inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t experts, int32_t ranks,
-                                         int32_t max_tokens, int32_t recv_capacity) {
+                                         int32_t max_tokens, int32_t recv_capacity, bool combine_bf16 = false) {
   SegmentLayout s;
   s.hidden = hidden;
   s.top_k = top_k;
@@ -115,6 +116,7 @@ inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t 
   s.local_experts = experts / ranks;
   s.max_tokens = max_tokens;
   s.recv_capacity = recv_capacity;
+  s.combine_bytes = combine_bf16 ? 2 : 4;
   uint64_t at = 0;
   auto take = [&](uint64_t& field, uint64_t bytes) {
     field = at;
@@ -128,7 +130,7 @@ inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t 
   take(s.send_g, T * 4);
   take(s.send_ids, T * K * 4);
   take(s.send_weights, T * K * 4);
-  take(s.combine_rows, T * K * H * 4);
+  take(s.combine_rows, T * K * H * uint64_t(s.combine_bytes));
   take(s.combine_flags, T * K * 4);
   take(s.recv_codes, C * H / 2);
   take(s.recv_scales, C * H / 16);

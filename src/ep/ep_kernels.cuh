@@ -157,7 +157,8 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
 // ---- combine ---------------------------------------------------------------------------
 
 // grid (recv_capacity): receive row p's result (w_j * o_e, FP32, from the
-// expert compute) goes to its token's rank's combine area, then its flag.
+// expert compute) goes to its token's rank's combine area — as FP32, or
+// rounded to BF16 when the layout says so — then its flag.
 template <typename Peers>
 __global__ void ep_combine_push_kernel(Peers peers, SegmentLayout L, int32_t rank, const float* pair_out) {
   const int32_t p = blockIdx.x;
@@ -166,11 +167,24 @@ __global__ void ep_combine_push_kernel(Peers peers, SegmentLayout L, int32_t ran
   const int32_t src = area<int32_t>(own, L.recv_src_rank)[p];
   const int64_t crow = combine_row(area<int32_t>(own, L.recv_token)[p], area<int32_t>(own, L.recv_slot)[p], L.top_k);
   char* home = peers.segment(src);
-  // H floats = H/4 16-byte vectors (H is a multiple of 16)
-  const int64_t vecs = L.hidden / 4;
-  const uint4* from = reinterpret_cast<const uint4*>(pair_out + int64_t(p) * L.hidden);
-  uint4* to = reinterpret_cast<uint4*>(area<float>(home, L.combine_rows) + crow * L.hidden);
-  for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) to[v] = from[v];
+  const float4* from = reinterpret_cast<const float4*>(pair_out + int64_t(p) * L.hidden);
+  if (L.combine_bytes == 4) {  // H floats = H/4 16-byte vectors (H is a multiple of 16)
+    float4* to = reinterpret_cast<float4*>(area<float>(home, L.combine_rows) + crow * L.hidden);
+    for (int64_t v = threadIdx.x; v < L.hidden / 4; v += blockDim.x) to[v] = from[v];
+  } else {  // 8 floats -> 8 BF16 = one 16-byte store
+    uint4* to = reinterpret_cast<uint4*>(area<__nv_bfloat16>(home, L.combine_rows) + crow * L.hidden);
+    for (int64_t v = threadIdx.x; v < L.hidden / 8; v += blockDim.x) {
+      const float4 a = from[2 * v], b = from[2 * v + 1];
+      const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w),
+                           h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
+      uint4 out;
+      out.x = *reinterpret_cast<const uint32_t*>(&h0);
+      out.y = *reinterpret_cast<const uint32_t*>(&h1);
+      out.z = *reinterpret_cast<const uint32_t*>(&h2);
+      out.w = *reinterpret_cast<const uint32_t*>(&h3);
+      to[v] = out;
+    }
+  }
   if (threadIdx.x == 0) area<int32_t>(home, L.combine_flags)[crow] = 1;
 }
 
@@ -195,11 +209,14 @@ __global__ void ep_combine_kernel(Peers peers, SegmentLayout L, int32_t rank, co
     if (routed && !arrived) record_error(own, L, kErrCapacity);
   }
   __syncthreads();
-  const float* rows = area<float>(own, L.combine_rows) + combine_row(t, 0, L.top_k) * L.hidden;
+  const int64_t first = combine_row(t, 0, L.top_k) * L.hidden;
+  const float* rows = area<float>(own, L.combine_rows) + first;
+  const __nv_bfloat16* rows_bf16 = area<__nv_bfloat16>(own, L.combine_rows) + first;
+  const bool bf16 = L.combine_bytes == 2;
   for (int64_t n = threadIdx.x; n < L.hidden; n += blockDim.x) {
     float acc = 0.0f;
     for (int32_t j = 0; j < L.top_k; ++j)
-      if (use[j]) acc += rows[int64_t(j) * L.hidden + n];
+      if (use[j]) acc += bf16 ? __bfloat162float(rows_bf16[int64_t(j) * L.hidden + n]) : rows[int64_t(j) * L.hidden + n];
     if (shared_out) acc += shared_out[int64_t(t) * L.hidden + n];
     y[int64_t(t) * L.hidden + n] = __float2bfloat16_rn(acc);
   }

@@ -62,7 +62,7 @@ inline SegmentLayout ep_layout(const MoeConfig& c, int ranks, const EpCudaOption
   const int64_t cap = o.recv_capacity > 0 ? o.recv_capacity : o.max_tokens_per_rank * ranks * c.top_k;
   NVFP4_CHECK(cap < (int64_t(1) << 30), "expert parallel: receive capacity ", cap, " too large");
   return make_segment_layout(int32_t(c.hidden), int32_t(c.top_k), int32_t(c.experts), ranks,
-                             int32_t(o.max_tokens_per_rank), int32_t(cap));
+                             int32_t(o.max_tokens_per_rank), int32_t(cap), o.combine_bf16);
 }
 
 class EpRank {

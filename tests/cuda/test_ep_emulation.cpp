@@ -48,6 +48,14 @@ TEST_P(EpEmulation, MatchesSingleGpuOnRandomRouting) {
   EXPECT_LE(rel_l2(y, ref), kTol);
   EXPECT_LE(rel_l2(y, cpu_forward(w, x, T, r)), kTol);
 
+  EpCudaOptions ob = o;  // BF16 on the way back: within tolerance too
+  ob.combine_bf16 = true;
+  EpCudaEmulation ep_bf16(w, R, ob);
+  const std::vector<float> y_bf16 = ep_bf16.forward_host(x, T, r.ids, r.weights);
+  ep_bf16.sync_errors();
+  EXPECT_EQ(count_non_finite(y_bf16), 0);
+  EXPECT_LE(rel_l2(y_bf16, ref), kTol) << "BF16 combine";
+
   o.reference_compute = true;
   EpCudaEmulation ep_ref(w, R, o), ep_ref1(w, 1, o);
   const std::vector<float> y_ref = ep_ref.forward_host(x, T, r.ids, r.weights);

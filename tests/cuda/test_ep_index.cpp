@@ -78,6 +78,11 @@ TEST(EpIndex, SegmentLayoutAreasAreAlignedDisjointAndLargeEnough) {
     EXPECT_LE(end, i + 1 < areas.size() ? areas[i + 1].first : L.bytes);
   }
   EXPECT_EQ(L.bytes % 256, 0u);
+  // BF16 combine: the same areas, the combine rows half as large.
+  const SegmentLayout B = make_segment_layout(H, k, E, R, T, C, /*combine_bf16=*/true);
+  EXPECT_EQ(B.combine_bytes, 2);
+  EXPECT_EQ(B.combine_flags - B.combine_rows, t * kk * h * 2);
+  EXPECT_EQ(L.bytes - B.bytes, t * kk * h * 2);
 }
 
 }  // namespace

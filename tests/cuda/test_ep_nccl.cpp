@@ -202,6 +202,15 @@ TEST(EpMultiGpuWorker, Rank) {
     const std::vector<float> y_emu = rows_of(emu.forward_host(x, T, r.ids, r.weights), H, b, e);
     EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL rank differs from the emulated rank";
   }
+  // BF16 on the way back (collective: every rank builds it).
+  NcclEpMoe nccl_bf16(comm.get(), mine, EpCudaOptions{16, 0, 0.0f, false, false, /*combine_bf16=*/true});
+  EpRouting chunk;
+  chunk.ids.assign(routings[0].ids.begin() + b * k, routings[0].ids.begin() + e * k);
+  chunk.weights.assign(routings[0].weights.begin() + b * k, routings[0].weights.begin() + e * k);
+  const std::vector<float> xc = rows_of(x, H, b, e);
+  const std::vector<float> y = nccl_bf16.forward_host(xc, e - b, chunk.ids, chunk.weights);
+  nccl_bf16.sync_errors();
+  EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol) << "BF16 combine";
 }
 
 }  // namespace
