@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,10 +59,10 @@ inline void write_text(const std::string& path, const std::string& s) {
 inline std::vector<uint8_t> safetensors_bytes(const std::string& header, const std::vector<uint8_t>& data,
                                               uint64_t declared_len = UINT64_MAX) {
   const uint64_t len = declared_len == UINT64_MAX ? header.size() : declared_len;
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(len >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), out.begin() + 8);
+  std::copy(data.begin(), data.end(), out.begin() + 8 + std::ptrdiff_t(header.size()));
   return out;
 }
 

@@ -104,7 +104,8 @@ TEST(Json, DumpParsesBackToTheSameValueOnRandomDocuments) {
   for (int round = 0; round < 50; ++round) {
     json::Value doc = json::Value::object();
     for (int i = 0; i < 20; ++i) {
-      std::string key = "k" + std::to_string(i);
+      std::string key = "k";
+      key += std::to_string(i);
       switch (rng.below(5)) {
         case 0: doc.set(key, json::Value::integer(int64_t(rng.next()))); break;
         case 1: doc.set(key, json::Value::number(double(rng.normal()) * std::pow(10.0, double(rng.below(40)) - 20))); break;

@@ -193,6 +193,34 @@ TEST(CliQuantize, FailuresExitNonZeroAndLeaveOutputIntact) {
   EXPECT_NE(r.err.find("nope.safetensors: cannot open"), std::string::npos) << r.err;
 }
 
+TEST(CliDequantize, BadGlobalScaleOrMissingCodesFailCleanly) {
+  ScratchDir dir;
+  const std::string out = dir / "out.safetensors";
+  const std::vector<uint8_t> old_bytes = {'k', 'e', 'e', 'p'};
+  const std::vector<uint8_t> codes(8 * 8, 0x21), scales(8, 0x38);
+  for (float g : {NAN, -1.0f, 0.0f}) {
+    SCOPED_TRACE(g);
+    test::write_bytes(out, old_bytes);
+    SafetensorsWriter w;
+    w.add("p.weight", DType::U8, {8, 8}, codes.data());
+    w.add("p.weight_scale", DType::F8E4M3, {8, 1}, scales.data());
+    w.add("p.weight_scale_2", DType::F32, {}, &g);
+    w.write(dir / "in.safetensors");
+    CliResult r = run_cli("dequantize --in " + q(dir / "in.safetensors") + " --out " + q(out));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("p.weight_scale_2"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("must be finite and > 0"), std::string::npos) << r.err;
+    EXPECT_EQ(read_bytes(out), old_bytes);
+  }
+  SafetensorsWriter w;
+  w.add("p.weight_scale", DType::F8E4M3, {8, 1}, scales.data());
+  w.write(dir / "in.safetensors");
+  CliResult r = run_cli("dequantize --in " + q(dir / "in.safetensors") + " --out " + q(out));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("missing tensor \"p.weight\""), std::string::npos) << r.err;
+  EXPECT_EQ(read_bytes(out), old_bytes);
+}
+
 // A two-shard model directory with config.json and an extra file.
 void make_sharded_model(const ScratchDir& dir, test::Rng& rng, std::vector<float>& e0, std::vector<float>& e1) {
   const int64_t N = 16, K = 32;
