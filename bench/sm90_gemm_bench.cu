@@ -321,15 +321,17 @@ int main(int argc, char** argv) {
       std::string sweep;
       for (const Sm90MmaGemmConfig c :
            {Sm90MmaGemmConfig{1, 1, 0}, Sm90MmaGemmConfig{2, 1, 0}, Sm90MmaGemmConfig{4, 1, 0},
-            Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0}}) {
+            Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0},
+            Sm90MmaGemmConfig{1, 1, 0, true}, Sm90MmaGemmConfig{2, 1, 0, true}, Sm90MmaGemmConfig{1, 2, 0, true},
+            Sm90MmaGemmConfig{2, 2, 0, true}, Sm90MmaGemmConfig{4, 2, 0, true}}) {
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
         const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l2, m2, c, nullptr); });
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%dx%d:%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, a + b);
+        std::snprintf(buf, sizeof buf, "%s%dx%d%s:%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, c.bulk ? "b" : "", a + b);
         sweep += buf;
       }
       // Persistent grid size (CTAs per SM) for the chosen configuration.
-      for (int per_sm : {2, 3, 4}) {
+      for (int per_sm : {2, 3, 4, 5}) {
         Sm90MmaGemmConfig c = cfg;
         c.grid = 132 * per_sm;
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
@@ -371,7 +373,7 @@ int main(int argc, char** argv) {
       const double stage_bytes = double(T) * kH * 2 + double(T) * kp1 * 2 + 4.0 * T;
       const double stage_frac = stage_bytes / bw * 1e6 / st.quant;
       char cfgs[16];
-      std::snprintf(cfgs, sizeof cfgs, "%dx%d", cfg.n_tiles, cfg.m_tiles);
+      std::snprintf(cfgs, sizeof cfgs, "%dx%d%s", cfg.n_tiles, cfg.m_tiles, cfg.bulk ? "b" : "");
       std::printf("%-4s %6lld %7lld %5d %-9s %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%%\n", ep,
                   (long long)T, (long long)P, int(touched.size()), cfgs, st.l1, st.l2, gemm, floor_us,
                   100.0 * floor_us / gemm, simple_l1 + simple_l2, run_simple ? (simple_l1 + simple_l2) / gemm : 0.0,

@@ -179,9 +179,11 @@ void compute_reference(Problem& p) {
   }
 }
 
-Problem make_problem(Rng& rng, int64_t T) {
+Problem make_problem(Rng& rng, int64_t T, int64_t H = 1024, int64_t I = 1024) {
   Problem p;
   p.T = T;
+  p.H = H;
+  p.I = I;
   p.ids.assign(size_t(T * p.k), -1);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t a = int32_t(rng.below(p.E)), b = int32_t((a + 1 + rng.below(p.E - 1)) % p.E);
@@ -384,6 +386,25 @@ TEST_P(Sm90MmaGemm, MatchesFp64ReferenceInEveryConfiguration) {
 // 100: an expert with more than one 64-position work tile.
 INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemm, ::testing::Values(1, 5, 40, 100));
 
+// The bulk-copy kernel needs K >= 3072 (a ring of 6 stages per warp).
+class Sm90MmaGemmBulk : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(Sm90MmaGemmBulk, MatchesFp64ReferenceInEveryConfiguration) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const Problem p = make_problem(rng, GetParam(), 3072, 3072);
+  Sm90MmaGemmConfig configs[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}, {4, 2, 0}, {1, 1, 5}, {2, 2, 3}};
+  for (auto& c : configs) {
+    c.bulk = true;
+    run_and_check(p, c, "mma bulk");
+  }
+}
+
+// T=1: one token; 30: token groups not a multiple of 8, several units per CTA.
+INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemmBulk, ::testing::Values(1, 30));
+
 // A NaN in one token's operand reaches that token's outputs only (spec 6).
 TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
@@ -397,6 +418,30 @@ TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
       for (int64_t i = 0; i < p.I; ++i) p.h_ref[size_t(pair * p.I + i)] = std::nan("");  // excluded from the error
   // run_and_check requires every other token finite and accurate; token 3's h must be NaN.
   run_and_check(p, Sm90MmaGemmConfig{2, 1, 0}, "nan", 3);
+}
+
+TEST(Sm90MmaGemmChecks, BulkRejectsShortKNamingIt) {
+  GroupedGemmPlan plan;
+  plan.projection = Projection::Down;
+  plan.n_valid = 64 * kMmaTileRows;
+  plan.act = reinterpret_cast<const __nv_bfloat16*>(&plan);  // never read: the check comes first
+  plan.act_g = plan.w_global = reinterpret_cast<const float*>(&plan);
+  plan.pair_of_pos = plan.num_tiles = reinterpret_cast<const int32_t*>(&plan);
+  plan.tiles = reinterpret_cast<const GemmTile*>(&plan);
+  plan.ld_act = 1024;
+  plan.max_tiles = 1;
+  plan.y_pair = reinterpret_cast<float*>(&plan);
+  plan.topk_weights = plan.act_g;
+  MmaGeometry g{64, 16};  // K = 1024: supported by the register kernel, too short for the ring
+  uint8_t dummy = 0;
+  Sm90MmaGemmConfig c;
+  c.bulk = true;
+  try {
+    sm90_nvfp4_mma_gemm(plan, MmaWeights{&dummy, &dummy, g}, c, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K=1024"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sm90MmaGemmChecks, RejectsUnsupportedKNamingIt) {
