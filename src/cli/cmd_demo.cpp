@@ -54,12 +54,12 @@ std::vector<double> unquantized_layer(const MoeConfig& c, uint64_t seed, const S
     const auto& pairs = by_expert[size_t(e)];
     if (pairs.empty()) continue;
     const SyntheticExpertDense d = synthetic_expert_dense(c, seed, e);
-    parallel_for(int64_t(pairs.size()), 1, [&](int64_t p0, int64_t p1) {
-      std::vector<double> h(static_cast<size_t>(I));
-      for (int64_t p = p0; p < p1; ++p) {
-        const auto [t, j] = pairs[size_t(p)];
-        const float* xt = x.data() + t * H;
-        for (int64_t n = 0; n < I; ++n) {
+    // Parallel over output rows (an expert has only a few tokens in decode).
+    std::vector<double> h(static_cast<size_t>(I));
+    for (const auto& [t, j] : pairs) {
+      const float* xt = x.data() + t * H;
+      parallel_for(I, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
           double g = 0, u = 0;
           for (int64_t i = 0; i < H; ++i) {
             g += double(xt[i]) * d.w1[size_t(n * H + i)];
@@ -67,14 +67,16 @@ std::vector<double> unquantized_layer(const MoeConfig& c, uint64_t seed, const S
           }
           h[size_t(n)] = swiglu(g, u);
         }
-        double* ot = o.data() + (t * k + j) * H;
-        for (int64_t m = 0; m < H; ++m) {
+      }, threads);
+      double* ot = o.data() + (t * k + j) * H;
+      parallel_for(H, 16, [&](int64_t m0, int64_t m1) {
+        for (int64_t m = m0; m < m1; ++m) {
           double acc = 0;
           for (int64_t n = 0; n < I; ++n) acc += h[size_t(n)] * d.w2[size_t(m * I + n)];
           ot[m] = double(weights[size_t(t * k + j)]) * acc;
         }
-      }
-    }, threads);
+      }, threads);
+    }
   }
   const int64_t Is = c.shared_inter();
   parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
