@@ -310,6 +310,9 @@ void save_moe_layer(const std::string& dir, int layer, const MoeWeights& w) {
   }
   st.set_metadata("format", "pt");
 
+  // A stale index would make readers ignore the model.safetensors written here.
+  NVFP4_CHECK(!fileio::exists(fileio::join(dir, "model.safetensors.index.json")), "save_moe_layer: ", dir,
+              " already holds a sharded checkpoint (model.safetensors.index.json); save into a new directory");
   fileio::make_directories(dir);
   st.write(fileio::join(dir, "model.safetensors"));
   fileio::write_file_atomic(fileio::join(dir, "config.json"), json::dump(config_json_of(c, layer), 2) + "\n");

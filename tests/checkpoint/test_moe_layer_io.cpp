@@ -190,6 +190,9 @@ TEST(MoeLayerIo, HashRoutedLayerRoundTrip) {
   EXPECT_EQ(r.router.tid2eid, w.router.tid2eid);
   EXPECT_EQ(r.router.vocab, 10);
   EXPECT_FALSE(read_moe_config(md, 2).hash_routed);
+  // Saving over a sharded checkpoint would leave a stale index: refused.
+  test::write_text(dir / "model.safetensors.index.json", R"({"weight_map": {}})");
+  EXPECT_ERROR_CONTAINS(save_moe_layer(dir.path(), 4, w), "already holds a sharded checkpoint");
 }
 
 // A directory holding only a config.json, for read_moe_config.
