@@ -86,6 +86,10 @@ bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {
   return g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % (kWarps * 4) == 0;
 }
 
+bool sm90_nvfp4_mma_gemm_prefers(int64_t pairs, int64_t local_experts) {
+  return pairs <= 16 * std::max<int64_t>(1, local_experts);
+}
+
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts) {
   const double per_expert = double(pairs) / double(std::max<int64_t>(1, local_experts));
   Sm90MmaGemmConfig c;

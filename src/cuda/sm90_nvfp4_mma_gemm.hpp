@@ -23,7 +23,9 @@
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_layout.hpp"
 
@@ -35,6 +37,18 @@ struct MmaWeights {
   const uint8_t* scales = nullptr;  // [E_local] x geometry.scale_bytes_per_expert()
   MmaGeometry geometry;
 };
+
+// Owning device copy of one projection in the fragment layout.
+struct MmaWeightsDevice {
+  DeviceBuffer<uint8_t> codes, scales;
+  MmaGeometry geometry;
+  MmaWeights view() const { return MmaWeights{codes.get(), scales.get(), geometry}; }
+};
+// Packs `count` experts' linear bytes (ExpertWeights: w13 [count, 2I, H/2] /
+// [count, 2I, H/16], or w2 [count, H, I/2] / [count, H, I/16]) into the
+// fragment layout, in parallel batches, and uploads them.
+MmaWeightsDevice upload_mma_weights(Projection p, const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
+                                    int64_t count, int64_t hidden, int64_t intermediate);
 
 struct Sm90MmaGemmConfig {
   int n_tiles = 1;  // n8 token tiles per item (1, 2 or 4)
@@ -51,6 +65,13 @@ bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g);
 // (pairs / local_experts), m-tiles per item from the same (activation reuse
 // vs. enough items to fill every SM). NVFP4MOE_PRINT_CONFIG=1 prints it.
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts);
+
+// The kernel choice behind sm90_nvfp4_grouped_gemm: true while the layer is
+// memory-bound enough for this kernel (<= 16 tokens per local expert on
+// average, measured crossover on the H200: bench/NOTES.md "Hopper speed");
+// beyond it the correctness-first kernel's 128 x 64 shared-memory tiles
+// reuse each dequantized weight more.
+bool sm90_nvfp4_mma_gemm_prefers(int64_t pairs, int64_t local_experts);
 
 // Queues the GEMM of `plan` (its weights/geometry fields are ignored; `w`
 // is used instead). No host synchronisation; capturable in a CUDA graph.
