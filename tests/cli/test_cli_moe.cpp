@@ -169,6 +169,38 @@ TEST(CliRun, HashLayerNeedsTokenIdsAndFailedRunKeepsOldOutput) {
   EXPECT_EQ(read_bytes(dir / "y.safetensors"), good);
 }
 
+TEST(CliRun, StaticInputScalesUseTheCheckpointsInputScale) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  ScratchDir dir;
+  Layer l = write_layer(dir, seed, false);
+  Rng rng(seed);
+  const int64_t T = 9, H = l.c.hidden;
+  const std::vector<float> x = random_normal(rng, T * H);
+  SafetensorsWriter in;
+  in.add("hidden_states", DType::F32, {T, H}, x.data());
+  in.write(dir / "x.safetensors");
+  const std::string base = "run --model " + dir.path() + "/model --layer 4 --input " + (dir / "x.safetensors");
+  CliResult r = run_cli(base + " --static-input-scales --output " + (dir / "ys.safetensors"), dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_cli(base + " --output " + (dir / "yd.safetensors"), dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<float> ys = read_f32(SafetensorsFile(dir / "ys.safetensors").get("output"));
+  EXPECT_NE(ys, read_f32(SafetensorsFile(dir / "yd.safetensors").get("output")));
+  LoadOptions lo;
+  lo.static_l1_input = lo.static_l2_input = true;
+  const MoeWeights loaded = load_moe_layer(ModelDir(dir.path() + "/model"), 4, lo);
+  ASSERT_EQ(loaded.config.l1_input, InputScaleMode::Static);
+  Moe moe(loaded, MoeOptions{});
+  EXPECT_EQ(moe.forward_host(x, T), ys);
+  SafetensorsFile y(dir / "ys.safetensors");
+  std::vector<int32_t> ids(static_cast<size_t>(T * 2));
+  std::vector<float> wts(static_cast<size_t>(T * 2));
+  std::memcpy(ids.data(), y.get("topk_ids").data, ids.size() * 4);
+  std::memcpy(wts.data(), y.get("topk_weights").data, wts.size() * 4);
+  EXPECT_LE(rel_l2(ys, reference_moe_f64(loaded, x, T, ids, wts)), 1e-2);
+}
+
 TEST(CliDemo, SmallModelRunsAndReports) {
   ScratchDir dir;
   const CliResult r = run_cli("demo --model small --tokens 8 --iters 1 --device cpu", dir);

@@ -30,7 +30,7 @@ double swiglu(const MoeConfig& c, double gate, double up) {
 
 // QDQ of one float row per spec section 2: g (given, or amax/(6*448) of the
 // row), the exact quantizer for the bytes, then x_hat = value(q) * s * g in double.
-std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g) {
+std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g, bool* near_boundary = nullptr) {
   const int64_t K = int64_t(row.size());
   float amax = 0.0f;
   for (float v : row) amax = std::max(amax, std::fabs(v));
@@ -41,6 +41,24 @@ std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g
   for (int64_t i = 0; i < K; ++i) {
     const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
     out[size_t(i)] = double(e2m1_decode(q)) * double(e4m3_decode(scales[size_t(i / 16)])) * double(g);
+  }
+  if (near_boundary) {
+    auto close = [](double v, double boundary) { return std::fabs(v - boundary) <= 1e-5 * std::fabs(boundary); };
+    for (int64_t b = 0; b < K / 16; ++b) {
+      double amax_b = 0;
+      for (int i = 0; i < 16; ++i) amax_b = std::max(amax_b, double(std::fabs(row[size_t(b * 16 + i)])));
+      const double v = amax_b / 6.0 / double(g);
+      const uint8_t s = scales[size_t(b)];
+      // Midpoints to the neighbouring E4M3 values.
+      for (int nb : {int(s) - 1, int(s) + 1})
+        if (nb >= 0 && nb <= 0x7E)
+          *near_boundary |= close(v, 0.5 * (double(e4m3_decode(s)) + double(e4m3_decode(uint8_t(nb)))));
+      const double d = double(e4m3_decode(s)) * double(g);
+      if (d == 0) continue;
+      for (int i = 0; i < 16; ++i)
+        for (double thr : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0})
+          *near_boundary |= close(std::fabs(double(row[size_t(b * 16 + i)])) / d, thr);
+    }
   }
   return out;
 }
@@ -151,7 +169,8 @@ std::vector<double> reference_shared_f64(const MoeWeights& w, const std::vector<
 }
 
 std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<float>& x, int64_t T,
-                                      const std::vector<int32_t>& ids, const std::vector<float>& weights) {
+                                      const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                                      std::vector<uint8_t>* near_boundary) {
   const MoeConfig& c = w.config;
   const ExpertWeights& ex = w.experts;
   const int64_t H = c.hidden, I = c.intermediate, k = c.top_k;
@@ -160,6 +179,7 @@ std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<flo
   float l1_static = 0.0f;
   for (float v : ex.w13_input_scale) l1_static = std::max(l1_static, v);
   std::map<int64_t, DenseExpert> cache;
+  if (near_boundary) near_boundary->assign(size_t(T), 0);
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
     const std::vector<double> a = qdq_f64(xt, c.l1_input == InputScaleMode::Static ? &l1_static : nullptr);
@@ -179,7 +199,9 @@ std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<flo
         h[size_t(n)] = float(swiglu(c, g, u));
       }
       const float* l2_static = c.l2_input == InputScaleMode::Static ? &ex.w2_input_scale[size_t(e)] : nullptr;
-      const std::vector<double> hq = qdq_f64(h, l2_static);
+      bool near = false;
+      const std::vector<double> hq = qdq_f64(h, l2_static, near_boundary ? &near : nullptr);
+      if (near) (*near_boundary)[size_t(t)] = 1;
       const double wj = double(weights[size_t(t * k + j)]);
       for (int64_t o = 0; o < H; ++o) {
         double acc = 0.0;

@@ -27,8 +27,16 @@ RefRouting reference_router_f64(const MoeWeights& w, const std::vector<float>& x
 
 // y [T, H] in double for the given routing (GLOBAL ids or -1, weights as
 // floats as a backend would receive them). `w.experts` must hold all experts.
+//
+// `near_boundary` (optional, [T]): 1 where a QDQ(h) decision of the token sat
+// within 1e-5 (relative) of a rounding boundary — a block scale at an E4M3
+// midpoint or a value at an E2M1 threshold. h = silu(gate) * up is computed
+// in FP32 by backends (the spec allows it), so such a decision may
+// legitimately go either way, and with a small I one flipped block scale
+// moves y by several percent: tests may exclude those tokens.
 std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens,
-                                      const std::vector<int32_t>& ids, const std::vector<float>& weights);
+                                      const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                                      std::vector<uint8_t>* near_boundary = nullptr);
 
 // The shared expert alone in double, [T, H] (zeros when n_s == 0).
 std::vector<double> reference_shared_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens);
