@@ -4,7 +4,8 @@
 //   group_pairs -> quantize x -> L1 gate/up + SwiGLU -> requantize h ->
 //   L2 down x w_j -> combine
 //
-// with the decode GEMM (sm90_nvfp4_mma_gemm) and, side by side, the
+// with the fast staging (sm90_nvfp4_stage / _requant) and the decode GEMM
+// (sm90_nvfp4_mma_gemm) and, side by side, the simple staging and the
 // correctness-first GEMM (sm90_nvfp4_grouped_gemm). Ceilings are measured in
 // the same run: HBM read bandwidth (a large sum) and BF16 dense peak (cuBLAS
 // 8192^3). Roofline of the GEMMs: max(bytes of the touched experts' codes +
@@ -34,6 +35,7 @@
 #include "cuda/quantize_act.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
 
 using namespace nvfp4moe;
 using namespace nvfp4moe::cuda;
@@ -317,6 +319,8 @@ int main(int argc, char** argv) {
       st.requant = time_us(r, [&] { requantize_rows(rq, nullptr); });
       st.l2 = time_us(r, [&] { sm90_nvfp4_mma_gemm(l2, m2, cfg, nullptr); });
       st.combine = time_us(r, [&] { combine_slots(ca, nullptr); });
+      const double fast_quant = time_us(r, [&] { sm90_nvfp4_stage(qa, nullptr); });
+      const double fast_requant = time_us(r, [&] { sm90_nvfp4_requant(rq, nullptr); });
       // Every decode configuration, for the heuristic's record.
       std::string sweep;
       for (const Sm90MmaGemmConfig c :
@@ -353,9 +357,9 @@ int main(int argc, char** argv) {
       cudaGraphExec_t exec;
       NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
       group_pairs(ga, cs.get());
-      quantize_activations(qa, cs.get());
+      sm90_nvfp4_stage(qa, cs.get());
       sm90_nvfp4_mma_gemm(l1, m1, cfg, cs.get());
-      requantize_rows(rq, cs.get());
+      sm90_nvfp4_requant(rq, cs.get());
       sm90_nvfp4_mma_gemm(l2, m2, cfg, cs.get());
       combine_slots(ca, cs.get());
       NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
@@ -371,24 +375,25 @@ int main(int argc, char** argv) {
       const double floor_us = std::max(mem_us, comp_us);
       const double gemm = st.l1 + st.l2;
       const double stage_bytes = double(T) * kH * 2 + double(T) * kp1 * 2 + 4.0 * T;
-      const double stage_frac = stage_bytes / bw * 1e6 / st.quant;
+      const double stage_frac = stage_bytes / bw * 1e6 / fast_quant;
       char cfgs[16];
       std::snprintf(cfgs, sizeof cfgs, "%dx%d%s", cfg.n_tiles, cfg.m_tiles, cfg.bulk ? "b" : "");
       std::printf("%-4s %6lld %7lld %5d %-9s %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%%\n", ep,
                   (long long)T, (long long)P, int(touched.size()), cfgs, st.l1, st.l2, gemm, floor_us,
                   100.0 * floor_us / gemm, simple_l1 + simple_l2, run_simple ? (simple_l1 + simple_l2) / gemm : 0.0,
-                  st.quant, graph_us, 100.0 * stage_frac);
-      std::printf("     stages us: group %.1f quant %.1f L1 %.1f requant %.1f L2 %.1f combine %.1f | sweep (L1+L2 us) %s\n",
-                  st.group, st.quant, st.l1, st.requant, st.l2, st.combine, sweep.c_str());
+                  fast_quant, graph_us, 100.0 * stage_frac);
+      std::printf("     stages us: group %.1f quant %.1f (fast %.1f) L1 %.1f requant %.1f (fast %.1f) L2 %.1f combine %.1f | "
+                  "sweep (L1+L2 us) %s\n",
+                  st.group, st.quant, fast_quant, st.l1, st.requant, fast_requant, st.l2, st.combine, sweep.c_str());
       std::fflush(stdout);
       if (js)
         std::fprintf(js,
                      "{\"kind\":\"ours\",\"ep\":\"%s\",\"experts\":%lld,\"T\":%lld,\"pairs\":%lld,\"touched\":%d,"
                      "\"config\":\"%s\",\"l1_us\":%.2f,\"l2_us\":%.2f,\"gemm_us\":%.2f,\"floor_us\":%.2f,"
                      "\"mem_floor_us\":%.2f,\"comp_floor_us\":%.2f,\"simple_gemm_us\":%.2f,\"group_us\":%.2f,"
-                     "\"quant_us\":%.2f,\"requant_us\":%.2f,\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\"}\n",
+                     "\"quant_us\":%.2f,\"fast_quant_us\":%.2f,\"requant_us\":%.2f,\"fast_requant_us\":%.2f,\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\"}\n",
                      ep, (long long)E, (long long)T, (long long)P, int(touched.size()), cfgs, st.l1, st.l2, gemm,
-                     floor_us, mem_us, comp_us, simple_l1 + simple_l2, st.group, st.quant, st.requant, st.combine,
+                     floor_us, mem_us, comp_us, simple_l1 + simple_l2, st.group, st.quant, fast_quant, st.requant, fast_requant, st.combine,
                      graph_us, sweep.c_str());
     }
   }

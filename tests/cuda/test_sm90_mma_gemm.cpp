@@ -358,14 +358,20 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
   EXPECT_LT(compare(h_pair, p.h_ref, bad), 1e-5) << "L1 (gate/up + SwiGLU) relative L2 error";
   EXPECT_LT(compare(yy, p.y_ref, bad), 1e-5) << "L2 (down x w_j) relative L2 error";
   EXPECT_EQ(bad, 0);
-  if (nan_token >= 0)
-    for (int64_t pair = nan_token * p.k; pair < (nan_token + 1) * p.k; ++pair)
-      if (p.ids[size_t(pair)] >= 0)
-        for (int64_t i = 0; i < p.I; i += 97)
-          EXPECT_TRUE(std::isnan(h_pair[size_t(pair * p.I + i)])) << "token " << nan_token << " pair " << pair << " i " << i;
+  if (nan_token >= 0) {
+    for (int64_t pair = nan_token * p.k; pair < (nan_token + 1) * p.k; ++pair) {
+      if (p.ids[size_t(pair)] < 0) continue;
+      for (int64_t i = 0; i < p.I; i += 97) {
+        EXPECT_TRUE(std::isnan(h_pair[size_t(pair * p.I + i)])) << "token " << nan_token << " pair " << pair << " i " << i;
+      }
+    }
+  }
   // Rows of empty slots are never written: they stay poisoned.
-  for (int64_t pair = 0; pair < P; ++pair)
-    if (p.ids[size_t(pair)] < 0) EXPECT_TRUE(std::isnan(yy[size_t(pair * p.H)])) << "y row of empty slot " << pair;
+  for (int64_t pair = 0; pair < P; ++pair) {
+    if (p.ids[size_t(pair)] < 0) {
+      EXPECT_TRUE(std::isnan(yy[size_t(pair * p.H)])) << "y row of empty slot " << pair;
+    }
+  }
 }
 
 class Sm90MmaGemm : public ::testing::TestWithParam<int64_t> {};

@@ -1,0 +1,197 @@
+// sm90_nvfp4_stage kernels (see the header). Compiled WITHOUT fast-math, so
+// x / d is an IEEE division as the spec's order of operations requires.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+using namespace nvfp4moe::fmt;
+
+constexpr int kMaxBlocksPerRow = 1024;  // one thread per 16-element block
+
+// Both entry points reduced to one description of the rows to stage.
+struct StageRows {
+  const void* x = nullptr;
+  bool x_bf16 = false;
+  int64_t ld_x = 0, cols = 0;
+  const int32_t* num_rows = nullptr;  // device, or null: every row of the grid
+  bool per_row = true;                // else static_g (or static_g_per_expert[row_expert[row]])
+  float static_g = 1.0f;
+  const float* static_g_per_expert = nullptr;
+  const int32_t* row_expert = nullptr;
+  float* g_out = nullptr;
+  uint8_t* codes = nullptr;
+  uint8_t* scales_linear = nullptr;
+  uint8_t* scales_swizzled = nullptr;
+  int64_t kp = 0;
+  __nv_bfloat16* deq = nullptr;
+  int64_t deq_ld = 0;
+};
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* v) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __grid_constant__ StageRows a) {
+  __shared__ float warp_amax[kMaxBlocksPerRow / 32];
+  const int64_t row = blockIdx.x;
+  if (a.num_rows && row >= *a.num_rows) return;
+  const int kb = int(a.cols / kBlock), b = int(threadIdx.x), lane = b % 32, warp = b / 32;
+  const bool live = b < kb;
+
+  // The block's 16 values, loaded once.
+  float v[kBlock];
+  float amax = 0.0f;
+  if (live) {
+    if (a.x_bf16) {
+      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + row * a.ld_x + b * kBlock);
+      bf16x8_to_float(__ldg(p), v);
+      bf16x8_to_float(__ldg(p + 1), v + 8);
+    } else {
+      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + row * a.ld_x + b * kBlock);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 f = __ldg(p + i);
+        v[4 * i] = f.x;
+        v[4 * i + 1] = f.y;
+        v[4 * i + 2] = f.z;
+        v[4 * i + 3] = f.w;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) amax = abs_max_nan(amax, v[i]);
+  }
+
+  // Row amax (NaN-propagating) -> the row's global scale.
+  float m = amax;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = abs_max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) warp_amax[warp] = m;
+  __syncthreads();
+  float g;
+  if (a.per_row) {
+    float r = 0.0f;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[w]);
+    g = global_scale_from_amax(r);
+  } else {
+    g = a.static_g_per_expert ? a.static_g_per_expert[a.row_expert[row]] : a.static_g;
+  }
+  if (b == 0) a.g_out[row] = g;
+
+  if (live) {
+    // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d).
+    const uint8_t s = block_scale_byte(amax, g);
+    const float d = block_dequant_factor(s, g);
+    const float sv = e4m3_value(s);
+    uint8_t q[kBlock];
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) q[i] = quantize_element(v[i], d);
+    if (a.codes) {
+      uint32_t w[2] = {0, 0};
+#pragma unroll
+      for (int i = 0; i < kBlock; ++i) w[i / 8] |= uint32_t(q[i]) << (4 * (i % 8));
+      *reinterpret_cast<uint2*>(a.codes + row * (a.cols / 2) + b * 8) = make_uint2(w[0], w[1]);
+    }
+    if (a.scales_linear) a.scales_linear[row * kb + b] = s;
+    if (a.scales_swizzled)
+      a.scales_swizzled[((row >> 7) * (a.kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] = s;
+    if (a.deq) {
+      // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
+      uint32_t o[8];
+#pragma unroll
+      for (int i = 0; i < kBlock; i += 2) {
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
+        o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
+      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  }
+  if (a.deq)
+    for (int64_t i = a.cols + b; i < a.deq_ld; i += blockDim.x) a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
+  const int kb = int(s.cols / kBlock);
+  const int threads = int(round_up(kb, 32));
+  stage_rows_kernel<<<unsigned(rows), unsigned(threads), 0, stream>>>(s);
+  NVFP4_CUDA_CHECK_LAUNCH("stage_rows_kernel");
+}
+
+}  // namespace
+
+bool sm90_nvfp4_stage_supports(const QuantizeActArgs& a) {
+  const int elem = a.x_is_bf16 ? 2 : 4;
+  return a.cols > 0 && a.cols % kBlock == 0 && a.cols / kBlock <= kMaxBlocksPerRow && a.scope != ActScope::PerTensor &&
+         aligned16(a.x) && (a.cols * elem) % 16 == 0 && (!a.deq || (aligned16(a.deq) && a.deq_ld % 8 == 0)) &&
+         (reinterpret_cast<uintptr_t>(a.codes) & 7u) == 0;
+}
+
+void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(sm90_nvfp4_stage_supports(a), "sm90_nvfp4_stage: unsupported staging (K=", a.cols,
+              ", scope per-tensor or unaligned rows); use quantize_activations");
+  NVFP4_CHECK(a.g_out != nullptr, "sm90_nvfp4_stage: g_out is required");
+  NVFP4_CHECK(!a.deq || a.deq_ld >= a.cols, "sm90_nvfp4_stage: deq_ld ", a.deq_ld, " < K=", a.cols);
+  NVFP4_CHECK(a.scope != ActScope::Static || (is_finite(a.static_g) && a.static_g > 0.0f),
+              "sm90_nvfp4_stage: static global scale must be finite and > 0, got ", a.static_g);
+  if (a.rows == 0) return;
+  StageRows s;
+  s.x = a.x;
+  s.x_bf16 = a.x_is_bf16;
+  s.ld_x = a.cols;
+  s.cols = a.cols;
+  s.per_row = a.scope == ActScope::PerRow;
+  s.static_g = a.static_g;
+  s.g_out = a.g_out;
+  s.codes = a.codes;
+  s.scales_linear = a.scales_linear;
+  s.scales_swizzled = a.scales_swizzled;
+  s.kp = round_up(a.cols / kBlock, 4);
+  s.deq = a.deq;
+  s.deq_ld = a.deq_ld;
+  if (a.scales_swizzled)
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * s.kp), stream));
+  launch(s, a.rows, stream);
+}
+
+bool sm90_nvfp4_requant_supports(const RequantRowsArgs& a) {
+  return a.cols > 0 && a.cols % kBlock == 0 && a.cols / kBlock <= kMaxBlocksPerRow && aligned16(a.h) &&
+         a.ld_h % 4 == 0 && aligned16(a.deq) && a.deq_ld % 8 == 0;
+}
+
+void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(sm90_nvfp4_requant_supports(a), "sm90_nvfp4_requant: unsupported geometry cols=", a.cols, " ld_h=",
+              a.ld_h, " deq_ld=", a.deq_ld, " (or unaligned rows); use requantize_rows");
+  NVFP4_CHECK(a.deq_ld >= a.cols && a.ld_h >= a.cols, "sm90_nvfp4_requant: bad geometry cols=", a.cols, " ld_h=",
+              a.ld_h, " deq_ld=", a.deq_ld);
+  if (a.rows_max == 0) return;
+  StageRows s;
+  s.x = a.h;
+  s.ld_x = a.ld_h;
+  s.cols = a.cols;
+  s.num_rows = a.num_rows;
+  s.per_row = a.static_g_per_expert == nullptr;
+  s.static_g_per_expert = a.static_g_per_expert;
+  s.row_expert = a.row_expert;
+  s.g_out = a.g_out;
+  s.deq = a.deq;
+  s.deq_ld = a.deq_ld;
+  launch(s, a.rows_max, stream);
+}
+
+}  // namespace nvfp4moe::cuda

@@ -1,0 +1,219 @@
+// sm90_nvfp4_stage / sm90_nvfp4_requant against the CPU quantizer (spec
+// section 2) and the simple staging kernels, byte for byte, on fresh random
+// rows including NaN, Inf, zero and saturating ones.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/quantize_act.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
+#include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/format.hpp"
+
+namespace nvfp4moe::cuda {
+namespace {
+
+using test::Rng;
+
+// Rows of mixed magnitude plus the special rows the spec names.
+std::vector<float> special_rows(Rng& rng, int64_t rows, int64_t cols) {
+  std::vector<float> x(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::exp2(float(rng.below(40)) - 20.0f);
+    for (int64_t c = 0; c < cols; ++c) x[size_t(r * cols + c)] = rng.normal() * scale;
+  }
+  if (rows > 8) {
+    x[size_t(5 * cols + 17)] = std::nanf("");                            // NaN: its row only
+    for (int64_t c = 0; c < cols; ++c) x[size_t(6 * cols + c)] = 0.0f;  // zero row: g = 1
+    x[size_t(7 * cols + 3)] = INFINITY;                                   // Inf
+    for (int64_t c = 0; c < 16; ++c) x[size_t(8 * cols + c)] = 1e-30f;    // a tiny block (subnormal scale)
+  }
+  return x;
+}
+
+bool same_g(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+struct Staged {
+  std::vector<float> g;
+  std::vector<uint8_t> codes, lin, swz;
+  std::vector<uint16_t> deq;
+};
+
+Staged run_stage(bool fast, const void* dx, bool bf16, int64_t rows, int64_t cols, int64_t deq_ld, ActScope scope,
+                 float static_g) {
+  const int64_t k = cols / 16, swz_bytes = swizzled_scale_bytes(rows, k);
+  DeviceBuffer<float> g(static_cast<size_t>(rows));
+  DeviceBuffer<uint8_t> codes(size_t(rows * cols / 2)), lin(size_t(rows * k)), swz(static_cast<size_t>(swz_bytes));
+  DeviceBuffer<__nv_bfloat16> deq(size_t(rows * deq_ld));
+  NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
+  NVFP4_CUDA_CHECK(cudaMemset(swz.get(), 0xEE, swz.bytes()));
+  QuantizeActArgs a;
+  a.x = dx;
+  a.x_is_bf16 = bf16;
+  a.rows = rows;
+  a.cols = cols;
+  a.scope = scope;
+  a.static_g = static_g;
+  a.g_out = g.get();
+  a.codes = codes.get();
+  a.scales_linear = lin.get();
+  a.scales_swizzled = swz.get();
+  a.deq = deq.get();
+  a.deq_ld = deq_ld;
+  if (fast) {
+    EXPECT_TRUE(sm90_nvfp4_stage_supports(a));
+    sm90_nvfp4_stage(a, nullptr);
+  } else {
+    quantize_activations(a, nullptr);
+  }
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  Staged s;
+  s.g.resize(size_t(rows));
+  s.codes.resize(codes.size());
+  s.lin.resize(lin.size());
+  s.swz.resize(swz.size());
+  s.deq.resize(deq.size());
+  g.download(s.g.data(), s.g.size());
+  codes.download(s.codes.data(), s.codes.size());
+  lin.download(s.lin.data(), s.lin.size());
+  swz.download(s.swz.data(), s.swz.size());
+  deq.download(reinterpret_cast<__nv_bfloat16*>(s.deq.data()), s.deq.size());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  return s;
+}
+
+class Sm90Stage : public ::testing::TestWithParam<std::tuple<bool, int64_t, int64_t>> {};
+
+TEST_P(Sm90Stage, MatchesCpuQuantizerAndSimpleKernelByteForByte) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const auto [bf16, rows, cols] = GetParam();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " bf16=" << bf16 << " rows=" << rows << " cols=" << cols);
+  Rng rng(seed);
+  std::vector<float> x = special_rows(rng, rows, cols);
+  std::vector<Bf16> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16_from_float(x[i]);
+  DeviceBuffer<uint8_t> dx(x.size() * 4);
+  if (bf16) {
+    NVFP4_CUDA_CHECK(cudaMemcpy(dx.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  } else {
+    NVFP4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const int64_t deq_ld = cols + 64;  // a zero tail, as the GEMM operand rows have
+  for (ActScope scope : {ActScope::PerRow, ActScope::Static}) {
+    SCOPED_TRACE(scope == ActScope::PerRow ? "per-row" : "static");
+    const Staged fast = run_stage(true, dx.get(), bf16, rows, cols, deq_ld, scope, 0.0123f);
+    const Staged simple = run_stage(false, dx.get(), bf16, rows, cols, deq_ld, scope, 0.0123f);
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(same_g(fast.g[size_t(r)], simple.g[size_t(r)])) << "g of row " << r << ": " << fast.g[size_t(r)]
+                                                                  << " vs " << simple.g[size_t(r)];
+    EXPECT_BYTES_EQ(fast.codes.data(), simple.codes.data(), int64_t(fast.codes.size()), "codes vs simple kernel");
+    EXPECT_BYTES_EQ(fast.lin.data(), simple.lin.data(), int64_t(fast.lin.size()), "linear scales vs simple kernel");
+    EXPECT_BYTES_EQ(fast.swz.data(), simple.swz.data(), int64_t(fast.swz.size()), "swizzled scales vs simple kernel");
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(fast.deq.data()), reinterpret_cast<const uint8_t*>(simple.deq.data()),
+                    int64_t(fast.deq.size() * 2), "BF16 operand vs simple kernel");
+
+    // The CPU quantizer (the spec in code) on the same rows and global scales.
+    std::vector<uint8_t> codes(fast.codes.size()), scales(fast.lin.size());
+    if (bf16) {
+      quantize_rows(xb.data(), rows, cols, cols, fast.g.data(), 1, codes.data(), scales.data());
+    } else {
+      quantize_rows(x.data(), rows, cols, cols, fast.g.data(), 1, codes.data(), scales.data());
+    }
+    EXPECT_BYTES_EQ(fast.codes.data(), codes.data(), int64_t(codes.size()), "codes vs CPU quantize_rows");
+    EXPECT_BYTES_EQ(fast.lin.data(), scales.data(), int64_t(scales.size()), "scales vs CPU quantize_rows");
+    if (scope == ActScope::PerRow && rows > 8) {
+      EXPECT_TRUE(std::isnan(fast.g[5]) || std::isinf(fast.g[5]) || fast.lin[size_t(5 * cols / 16)] == 0x7F)
+          << "a NaN row must mark its scales";
+      EXPECT_EQ(fast.g[6], 1.0f) << "a zero row has g = 1";
+    }
+    // Tail of every operand row is zero.
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_EQ(fast.deq[size_t(r * deq_ld + cols + 63)], 0) << "tail of operand row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Stage,
+                         ::testing::Values(std::make_tuple(true, int64_t(1), int64_t(7168)),
+                                           std::make_tuple(true, int64_t(37), int64_t(7168)),
+                                           std::make_tuple(false, int64_t(19), int64_t(3072)),
+                                           std::make_tuple(true, int64_t(12), int64_t(48))));
+
+TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const int64_t rows_max = 50, live = 41, cols = 3072, ld_h = cols + 4, deq_ld = cols + 64, E = 3;
+  std::vector<float> h = special_rows(rng, rows_max, ld_h);
+  std::vector<int32_t> row_expert(static_cast<size_t>(rows_max));
+  for (auto& e : row_expert) e = int32_t(rng.below(E));
+  const std::vector<float> gE = {0.01f, 0.02f, 0.5f};
+  DeviceBuffer<float> dh(h.size()), dgE(gE.size());
+  dh.upload(h.data(), h.size());
+  dgE.upload(gE.data(), gE.size());
+  DeviceBuffer<int32_t> dn(1), dre(row_expert.size());
+  const int32_t live32 = int32_t(live);
+  dn.upload(&live32, 1);
+  dre.upload(row_expert.data(), row_expert.size());
+  for (bool static_g : {false, true}) {
+    SCOPED_TRACE(static_g ? "static per expert" : "dynamic per row");
+    std::vector<uint16_t> out[2];
+    std::vector<float> g[2];
+    for (int fast = 0; fast < 2; ++fast) {
+      DeviceBuffer<float> dg(static_cast<size_t>(rows_max));
+      DeviceBuffer<__nv_bfloat16> deq(size_t(rows_max * deq_ld));
+      NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
+      NVFP4_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
+      RequantRowsArgs a;
+      a.h = dh.get();
+      a.ld_h = ld_h;
+      a.cols = cols;
+      a.rows_max = rows_max;
+      a.num_rows = dn.get();
+      a.static_g_per_expert = static_g ? dgE.get() : nullptr;
+      a.row_expert = dre.get();
+      a.g_out = dg.get();
+      a.deq = deq.get();
+      a.deq_ld = deq_ld;
+      if (fast) {
+        ASSERT_TRUE(sm90_nvfp4_requant_supports(a));
+        sm90_nvfp4_requant(a, nullptr);
+      } else {
+        requantize_rows(a, nullptr);
+      }
+      NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+      out[fast].resize(deq.size());
+      g[fast].resize(size_t(rows_max));
+      deq.download(reinterpret_cast<__nv_bfloat16*>(out[fast].data()), out[fast].size());
+      dg.download(g[fast].data(), g[fast].size());
+      NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    for (int64_t r = 0; r < rows_max; ++r) ASSERT_TRUE(same_g(g[0][size_t(r)], g[1][size_t(r)])) << "g of row " << r;
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(out[1].data()), reinterpret_cast<const uint8_t*>(out[0].data()),
+                    int64_t(out[0].size() * 2), "requantized operand vs simple kernel");
+    EXPECT_EQ(out[1][size_t(live * deq_ld)], 0xFFFF) << "row past num_rows was written";
+  }
+}
+
+TEST(Sm90Stage, RefusesWhatItDoesNotSupport) {
+  QuantizeActArgs a;
+  a.cols = 16 * 1025;  // more blocks than threads per row
+  EXPECT_FALSE(sm90_nvfp4_stage_supports(a));
+  a.cols = 7168;
+  a.scope = ActScope::PerTensor;
+  EXPECT_FALSE(sm90_nvfp4_stage_supports(a));
+  try {
+    sm90_nvfp4_stage(a, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K=7168"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nvfp4moe::cuda
