@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv > "$OUT
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_TESTS=OFF > "$OUT/build.log" 2>&1
 ninja -C $B nvfp4moe >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 FLAGS="-std=c++20 -O2 -Iinclude -Isrc -Itests -I/usr/local/cuda/include"
-( g++ $FLAGS -I$GT/include -I$GT tests/cuda/test_sm90_mma_gemm.cpp tests/cuda/test_sm90_stage.cpp tests/common/test_util.cpp $GT/src/gtest-all.cc \
+( g++ $FLAGS -I$GT/include -I$GT tests/cuda/test_sm90_mma_gemm.cpp tests/cuda/test_sm90_stage.cpp tests/cuda/test_sm90_group.cpp tests/common/test_util.cpp $GT/src/gtest-all.cc \
     $GT/src/gtest_main.cc $B/libnvfp4moe.a -L/usr/local/cuda/lib64 -lcudart_static -lcublas -lpthread -ldl -lrt \
     -o $B/sm90_tests > "$OUT/build_tests.log" 2>&1 || tail -20 "$OUT/build_tests.log" ) &
 nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Iinclude -Isrc \

@@ -1,0 +1,126 @@
+// sm90_nvfp4_group: group_pairs (grouping.hpp) with the per-expert scan and
+// the work list built by all 1024 threads instead of one — the same offsets,
+// work list and error word; positions inside a group come from atomics, as in
+// group_pairs. For decode this takes the grouping from ~9 us (48 experts) /
+// ~22 us (384) to the cost of one small kernel.
+#include "cuda/cuda_check.hpp"
+#include "cuda/error_word.hpp"
+#include "cuda/sm90_nvfp4_group.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int kThreads = 1024;
+
+__device__ __forceinline__ int64_t slot_id(const GroupingArgs& a, int64_t p) {
+  return a.ids_i64 ? static_cast<const int64_t*>(a.topk_ids)[p] : int64_t(static_cast<const int32_t*>(a.topk_ids)[p]);
+}
+
+// Exclusive scan of one int per thread over the block; returns the block total.
+__device__ int32_t block_exclusive_scan(int32_t v, int32_t& excl, int32_t* warp_sums) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int32_t inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t s = lane < int(blockDim.x / 32) ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t n = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += n;
+    }
+    warp_sums[lane] = s;  // inclusive over warps
+  }
+  __syncthreads();
+  const int32_t before = warp == 0 ? 0 : warp_sums[warp - 1];
+  const int32_t total = warp_sums[blockDim.x / 32 - 1];
+  excl = before + inc - v;
+  __syncthreads();  // warp_sums reused by the next call
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__ GroupingArgs a) {
+  extern __shared__ int32_t sm[];
+  int32_t* count = sm;                     // [local]
+  int32_t* cursor = sm + a.local_experts;  // [local]
+  __shared__ int32_t warp_sums[32];
+  const int64_t pairs = a.tokens * a.top_k;
+  for (int64_t e = threadIdx.x; e < a.local_experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+
+  // Classify every slot; count local ones.
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int64_t id = slot_id(a, p);
+    const bool in_range = id >= -1 && id < a.experts;
+    if (!in_range && (atomicOr(a.error_word, kErrExpertIdOutOfRange) & kErrExpertIdOutOfRange) == 0) {
+      a.error_word[1] = uint32_t(p / a.top_k);
+      a.error_word[2] = uint32_t(p % a.top_k);
+      a.error_word[3] = uint32_t(id);
+    }
+    if (a.ids_out) a.ids_out[p] = in_range ? int32_t(id) : -1;
+    const int64_t local = id - a.first_expert;
+    a.pos_of_pair[p] = -1;
+    if (in_range && id >= 0 && local >= 0 && local < a.local_experts) atomicAdd(&count[local], 1);
+  }
+  __syncthreads();
+
+  // Scan of counts and of tiles per expert, 1024 experts per round.
+  int32_t run = 0, tiles = 0;
+  for (int64_t e0 = 0; e0 < a.local_experts; e0 += blockDim.x) {
+    const int64_t e = e0 + threadIdx.x;
+    const int32_t c = e < a.local_experts ? count[e] : 0;
+    const int32_t nt = (c + a.tile_rows - 1) / a.tile_rows;
+    int32_t c_excl, t_excl;
+    const int32_t c_total = block_exclusive_scan(c, c_excl, warp_sums);
+    const int32_t t_total = block_exclusive_scan(nt, t_excl, warp_sums);
+    if (e < a.local_experts) {
+      const int32_t start = run + c_excl;
+      a.offsets[e] = start;
+      cursor[e] = start;
+      for (int32_t j = 0; j < nt; ++j)
+        a.tiles[tiles + t_excl + j] = GemmTile{int32_t(e), start + j * a.tile_rows, min(a.tile_rows, c - j * a.tile_rows), 0};
+    }
+    run += c_total;
+    tiles += t_total;
+  }
+  if (threadIdx.x == 0) {
+    a.offsets[a.local_experts] = run;
+    *a.num_tiles = tiles;
+  }
+  __syncthreads();
+
+  // Place: position = cursor[expert]++.
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int64_t id = slot_id(a, p);
+    const int64_t local = id - a.first_expert;
+    if (id < 0 || id >= a.experts || local < 0 || local >= a.local_experts) continue;
+    const int32_t pos = atomicAdd(&cursor[local], 1);
+    a.pair_of_pos[pos] = int32_t(p);
+    a.pos_of_pair[p] = pos;
+    a.expert_of_pos[pos] = int32_t(local);
+  }
+}
+
+}  // namespace
+
+void sm90_nvfp4_group(const GroupingArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(a.local_experts > 0 && a.first_expert >= 0 && a.first_expert + a.local_experts <= a.experts,
+              "sm90_nvfp4_group: local experts [", a.first_expert, ", ", a.first_expert + a.local_experts,
+              ") outside [0, ", a.experts, ")");
+  NVFP4_CHECK(a.tokens * a.top_k < (int64_t(1) << 31), "sm90_nvfp4_group: too many pairs ", a.tokens * a.top_k);
+  NVFP4_CHECK(a.tile_rows > 0, "sm90_nvfp4_group: tile_rows must be positive, got ", a.tile_rows);
+  const size_t smem = sizeof(int32_t) * 2 * size_t(a.local_experts);
+  NVFP4_CHECK(smem <= 200 * 1024, "sm90_nvfp4_group: ", a.local_experts, " local experts exceed shared memory");
+  if (smem > 48 * 1024)
+    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  group_kernel<<<1, kThreads, smem, stream>>>(a);
+  NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_group");
+}
+
+}  // namespace nvfp4moe::cuda
