@@ -104,6 +104,55 @@ __attribute__((target("avx512f"))) void dot_tokens_avx512(const float* const* a,
     for (int t = 0; t < M; ++t) dot_rows_avx512(a[t], w + n * K, rows - n, K, out + t * ldo + n);
 }
 
+// 16 E2M1 codes (8 bytes) -> 16 floats value(q) * s (exact).
+__attribute__((target("avx512f,avx512bw"))) inline __m512 decode16_avx512(const uint8_t* c, __m512 table, __m512 s) {
+  uint64_t c8;
+  std::memcpy(&c8, c, 8);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i bytes = _mm_cvtsi64_si128(int64_t(c8));
+  const __m128i lo = _mm_and_si128(bytes, low4);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+  return _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), table), s);
+}
+
+// Fused: per 16-column block, decode 4 weight rows and FMA them with M tokens.
+// Per accumulator the sequence equals dot_tokens_avx512 on the dequantized tile.
+template <int M>
+__attribute__((target("avx512f,avx512bw"))) void nvfp4_dot_avx512(const E2m1PairTable& lut, const float* const* a,
+                                                                  const uint8_t* codes, const uint8_t* scales,
+                                                                  int64_t n, int64_t K, float* out, int64_t ldo) {
+  const __m512 table = _mm512_loadu_ps(lut.e2m1);
+  const int64_t kb = K / 16;
+  int64_t r0 = 0;
+  for (; r0 + 4 <= n; r0 += 4) {
+    __m512 acc[M][4];
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < kb; ++b) {
+      __m512 wv[4];
+      for (int r = 0; r < 4; ++r)
+        wv[r] = decode16_avx512(codes + (r0 + r) * (K / 2) + b * 8, table,
+                                _mm512_set1_ps(lut.e4m3[scales[(r0 + r) * kb + b]]));
+      for (int t = 0; t < M; ++t) {
+        const __m512 av = _mm512_loadu_ps(a[t] + b * 16);
+        for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(av, wv[r], acc[t][r]);
+      }
+    }
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) out[t * ldo + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+  }
+  for (; r0 < n; ++r0)  // single rows: the sequence of dot_rows_avx512's tail
+    for (int t = 0; t < M; ++t) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t b = 0; b < kb; ++b)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a[t] + b * 16),
+                              decode16_avx512(codes + r0 * (K / 2) + b * 8, table,
+                                              _mm512_set1_ps(lut.e4m3[scales[r0 * kb + b]])),
+                              acc);
+      out[t * ldo + r0] = _mm512_reduce_add_ps(acc);
+    }
+}
+
 __attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -185,6 +234,23 @@ void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows,
   }
 #endif
   for (int t = 0; t < m; ++t) dot_rows(a[t], w, rows, K, out + t * ldo);
+}
+
+void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) {
+    switch (m) {
+      case 1: return nvfp4_dot_avx512<1>(lut, a, codes, scales, n, K, out, ldo);
+      case 2: return nvfp4_dot_avx512<2>(lut, a, codes, scales, n, K, out, ldo);
+      case 3: return nvfp4_dot_avx512<3>(lut, a, codes, scales, n, K, out, ldo);
+      case 4: return nvfp4_dot_avx512<4>(lut, a, codes, scales, n, K, out, ldo);
+      default: break;
+    }
+  }
+#endif
+  dequant_rows_noglobal(lut, codes, scales, n, K, scratch);
+  dot_rows_tokens(a, m, scratch, n, K, out, ldo);
 }
 
 const char* cpu_kernel_isa() {

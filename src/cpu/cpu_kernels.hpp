@@ -108,6 +108,15 @@ void widen_bf16(const Bf16* w, int64_t n, float* out);
 // Which SIMD path the dispatched kernels take on this machine ("avx512", "avx2", "scalar").
 const char* cpu_kernel_isa();
 
+// Dequantization fused into the dots, for groups of at most kDotTokens
+// tokens (decode): out[t * ldo + r] = dot(a[t], W row r) with W rows [0, n)
+// of an NVFP4 matrix with K columns, dequantized as value(q) * f32(s) on the
+// fly — no tile is stored. Bit-identical to dequant_rows_noglobal followed by
+// dot_rows_tokens (same products, same FMA order). `scratch` (n * K floats) is
+// used only by the non-AVX-512 fallback, which is exactly that sequence.
+void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
+
 // h = silu(min(gate, L)) * clamp(up, -L, L), silu(z) = z / (1 + exp(-z)).
 // No limit (has_limit false): silu(gate) * up. NaN propagates.
 inline float swiglu(float gate, float up, bool has_limit, float limit) {

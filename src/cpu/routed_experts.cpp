@@ -69,14 +69,19 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     Scratch& s = scratch[size_t(worker)];
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
     const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / 16);
-    dequant_rows_noglobal(lut, codes, scales, n, H, s.tile.data());
     const float g_gate = w.w13_global[size_t(2 * e)], g_up = w.w13_global[size_t(2 * e + 1)];
-    const int64_t end = groups.offsets[size_t(e + 1)];
-    for (int64_t pos0 = groups.offsets[size_t(e)]; pos0 < end; pos0 += kDotTokens) {
+    const int64_t begin = groups.offsets[size_t(e)], end = groups.offsets[size_t(e + 1)];
+    // Few tokens: dequantize inside the dots; more: once into the tile.
+    const bool fused = end - begin <= kDotTokens;
+    if (!fused) dequant_rows_noglobal(lut, codes, scales, n, H, s.tile.data());
+    for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
       const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
       const float* a[kDotTokens];
       for (int t = 0; t < m; ++t) a[t] = a_values + int64_t(pairs[groups.pair[size_t(pos0 + t)]].row) * H;
-      dot_rows_tokens(a, m, s.tile.data(), n, H, s.dots.data(), kTileRows);
+      if (fused)
+        nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, H, s.dots.data(), kTileRows, s.tile.data());
+      else
+        dot_rows_tokens(a, m, s.tile.data(), n, H, s.dots.data(), kTileRows);
       for (int t = 0; t < m; ++t) {
         const int64_t pos = pos0 + t, row = pairs[groups.pair[size_t(pos)]].row;
         float* out = gateup.data() + pos * 2 * I + it.row0;
@@ -111,14 +116,18 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     Scratch& s = scratch[size_t(worker)];
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
     const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / 16);
-    dequant_rows_noglobal(lut, codes, scales, n, I, s.tile.data());
     const float g_w = w.w2_global[size_t(e)];
-    const int64_t end = groups.offsets[size_t(e + 1)];
-    for (int64_t pos0 = groups.offsets[size_t(e)]; pos0 < end; pos0 += kDotTokens) {
+    const int64_t begin = groups.offsets[size_t(e)], end = groups.offsets[size_t(e + 1)];
+    const bool fused = end - begin <= kDotTokens;
+    if (!fused) dequant_rows_noglobal(lut, codes, scales, n, I, s.tile.data());
+    for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
       const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
       const float* a[kDotTokens];
       for (int t = 0; t < m; ++t) a[t] = h_values.data() + (pos0 + t) * I;
-      dot_rows_tokens(a, m, s.tile.data(), n, I, s.dots.data(), kTileRows);
+      if (fused)
+        nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, I, s.dots.data(), kTileRows, s.tile.data());
+      else
+        dot_rows_tokens(a, m, s.tile.data(), n, I, s.dots.data(), kTileRows);
       for (int t = 0; t < m; ++t) {
         const int64_t pos = pos0 + t;
         float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;

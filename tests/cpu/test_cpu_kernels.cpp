@@ -91,6 +91,33 @@ TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
   }
 }
 
+TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  Rng rng(seed);
+  const cpu::E2m1PairTable lut;
+  for (int64_t rows : {16, 4, 6}) {
+    const int64_t K = 16 * (1 + rng.below(200));
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * K / 2)), scales(static_cast<size_t>(rows * K / 16));
+    for (auto& c : codes) c = uint8_t(rng.next());
+    for (auto& b : scales) b = uint8_t(rng.below(0x7F));  // finite scales
+    std::vector<std::vector<float>> a;
+    for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
+    std::vector<float> tile(static_cast<size_t>(rows * K)), scratch(static_cast<size_t>(rows * K));
+    cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), rows, K, tile.data());
+    for (int m = 1; m <= cpu::kDotTokens; ++m) {
+      const float* ap[cpu::kDotTokens];
+      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+      std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
+      cpu::nvfp4_dot_rows_tokens(lut, ap, m, codes.data(), scales.data(), rows, K, fused.data(), 16, scratch.data());
+      cpu::dot_rows_tokens(ap, m, tile.data(), rows, K, split.data(), 16);
+      for (int t = 0; t < m; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+    }
+  }
+}
+
 TEST(RouterMath, ScoresTopkAndWeightsFollowTheSpec) {
   // softplus switches to identity above 20; sqrt in double rounded once.
   EXPECT_EQ(router::sqrt_softplus_score(25.0f), float(std::sqrt(25.0)));
