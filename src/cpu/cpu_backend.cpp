@@ -1,4 +1,5 @@
 // The CPU backend of nvfp4moe::Moe: checks, then the stages of cpu_moe.hpp.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -82,8 +83,22 @@ class CpuBackend final : public MoeBackendImpl {
   }
 
  private:
-  // Routed experts + shared expert + combine for checked ids in [-1, E).
+  // Routed experts + shared expert + combine for checked ids in [-1, E), in
+  // passes of at most kTokensPerPass tokens.
+  // Tokens per pass: bounds the stage buffers (gate/up, h, o are ~k * (3I + H)
+  // floats per token: 0.4 GB per 1024 DeepSeek-V4-Pro tokens). A token's
+  // result does not depend on which tokens share its pass.
+  static constexpr int64_t kTokensPerPass = 1024;
+
   void forward_routed(const float* x, int64_t T, const int32_t* ids, const float* weights, Bf16* y) {
+    const int64_t H = w_.config.hidden, k = w_.config.top_k;
+    for (int64_t t0 = 0; t0 < T; t0 += kTokensPerPass) {
+      const int64_t n = std::min(kTokensPerPass, T - t0);
+      forward_pass(x + t0 * H, n, ids + t0 * k, weights + t0 * k, y + t0 * H);
+    }
+  }
+
+  void forward_pass(const float* x, int64_t T, const int32_t* ids, const float* weights, Bf16* y) {
     const MoeConfig& c = w_.config;
     const int64_t H = c.hidden, k = c.top_k;
     // Pairs in (token, slot) order; -1 slots are skipped.
