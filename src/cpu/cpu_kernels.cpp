@@ -153,6 +153,40 @@ __attribute__((target("avx512f,avx512bw"))) void nvfp4_dot_avx512(const E2m1Pair
     }
 }
 
+__attribute__((target("avx512f"))) inline __m512 widen16_avx512(const Bf16* w) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Per accumulator the sequence of dot_tokens_avx512 on the widened rows.
+template <int M>
+__attribute__((target("avx512f"))) void bf16_dot_avx512(const float* const* a, const Bf16* w, int64_t n, int64_t K,
+                                                        float* out, int64_t ldo) {
+  int64_t r0 = 0;
+  for (; r0 + 4 <= n; r0 += 4) {
+    __m512 acc[M][4];
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+      __m512 wv[4];
+      for (int r = 0; r < 4; ++r) wv[r] = widen16_avx512(w + (r0 + r) * K + k);
+      for (int t = 0; t < M; ++t) {
+        const __m512 av = _mm512_loadu_ps(a[t] + k);
+        for (int r = 0; r < 4; ++r) acc[t][r] = _mm512_fmadd_ps(av, wv[r], acc[t][r]);
+      }
+    }
+    for (int t = 0; t < M; ++t)
+      for (int r = 0; r < 4; ++r) out[t * ldo + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+  }
+  for (; r0 < n; ++r0)
+    for (int t = 0; t < M; ++t) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t k = 0; k < K; k += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a[t] + k), widen16_avx512(w + r0 * K + k), acc);
+      out[t * ldo + r0] = _mm512_reduce_add_ps(acc);
+    }
+}
+
 __attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -250,6 +284,23 @@ void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int 
   }
 #endif
   dequant_rows_noglobal(lut, codes, scales, n, K, scratch);
+  dot_rows_tokens(a, m, scratch, n, K, out, ldo);
+}
+
+void bf16_dot_rows_tokens(const float* const* a, int m, const Bf16* w, int64_t n, int64_t K, float* out,
+                          int64_t ldo, float* scratch) {
+#ifdef NVFP4_CPU_X86
+  if (has_avx512()) {
+    switch (m) {
+      case 1: return bf16_dot_avx512<1>(a, w, n, K, out, ldo);
+      case 2: return bf16_dot_avx512<2>(a, w, n, K, out, ldo);
+      case 3: return bf16_dot_avx512<3>(a, w, n, K, out, ldo);
+      case 4: return bf16_dot_avx512<4>(a, w, n, K, out, ldo);
+      default: break;
+    }
+  }
+#endif
+  widen_bf16(w, n * K, scratch);
   dot_rows_tokens(a, m, scratch, n, K, out, ldo);
 }
 

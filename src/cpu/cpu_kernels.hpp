@@ -117,6 +117,11 @@ const char* cpu_kernel_isa();
 void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
                            const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
 
+// The same for BF16 weight rows (the shared expert in decode): widening fused
+// into the dots, bit-identical to widen_bf16 followed by dot_rows_tokens.
+void bf16_dot_rows_tokens(const float* const* a, int m, const Bf16* w, int64_t n, int64_t K, float* out,
+                          int64_t ldo, float* scratch);
+
 // h = silu(min(gate, L)) * clamp(up, -L, L), silu(z) = z / (1 + exp(-z)).
 // No limit (has_limit false): silu(gate) * up. NaN propagates.
 inline float swiglu(float gate, float up, bool has_limit, float limit) {

@@ -22,12 +22,17 @@ void bf16_gemm(const float* in, int64_t tokens, const Bf16* W, int64_t N, int64_
   run_items(tiles, threads, [&](int64_t tile, int) {
     const int64_t n0 = tile * kTileRows, n = std::min(kTileRows, N - n0);
     std::vector<float> wt(static_cast<size_t>(n * K));
-    widen_bf16(W + n0 * K, n * K, wt.data());
+    // Few tokens: widen inside the dots; more: widen the tile once.
+    const bool fused = tokens <= kDotTokens;
+    if (!fused) widen_bf16(W + n0 * K, n * K, wt.data());
     for (int64_t t0 = 0; t0 < tokens; t0 += kDotTokens) {
       const int m = int(std::min<int64_t>(kDotTokens, tokens - t0));
       const float* a[kDotTokens];
       for (int t = 0; t < m; ++t) a[t] = in + (t0 + t) * K;
-      dot_rows_tokens(a, m, wt.data(), n, K, out + t0 * ldo + n0, ldo);
+      if (fused)
+        bf16_dot_rows_tokens(a, m, W + n0 * K, n, K, out + t0 * ldo + n0, ldo, wt.data());
+      else
+        dot_rows_tokens(a, m, wt.data(), n, K, out + t0 * ldo + n0, ldo);
     }
   });
 }

@@ -118,6 +118,31 @@ TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
   }
 }
 
+TEST(CpuKernels, FusedBf16DotsEqualWidenThenDotBitwise) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  Rng rng(seed);
+  for (int64_t rows : {16, 5}) {
+    const int64_t K = 16 * (1 + rng.below(100));
+    std::vector<Bf16> w(static_cast<size_t>(rows * K));
+    for (auto& v : w) v = bf16_from_float(rng.normal());
+    std::vector<float> wide(w.size()), scratch(w.size());
+    cpu::widen_bf16_ref(w.data(), int64_t(w.size()), wide.data());
+    std::vector<std::vector<float>> a;
+    for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
+    for (int m = 1; m <= cpu::kDotTokens; ++m) {
+      const float* ap[cpu::kDotTokens];
+      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+      std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
+      cpu::bf16_dot_rows_tokens(ap, m, w.data(), rows, K, fused.data(), 16, scratch.data());
+      cpu::dot_rows_tokens(ap, m, wide.data(), rows, K, split.data(), 16);
+      for (int t = 0; t < m; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+    }
+  }
+}
+
 TEST(RouterMath, ScoresTopkAndWeightsFollowTheSpec) {
   // softplus switches to identity above 20; sqrt in double rounded once.
   EXPECT_EQ(router::sqrt_softplus_score(25.0f), float(std::sqrt(25.0)));
