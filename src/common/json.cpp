@@ -64,11 +64,8 @@ Value Value::object(std::vector<Member> members) {
 }
 
 namespace {
-// Messages are built from std::string pieces, never std::string_view: the
-// Python module crashed streaming a string_view into the error's ostringstream
-// on the GPU machine (g++ 13, nanobind 3.1; see the report of issue #2).
 [[noreturn]] void wrong_kind(std::string_view what, const char* want, Kind got) {
-  NVFP4_FAIL(std::string(what), ": expected a JSON ", want, ", got ", kind_name(got));
+  NVFP4_FAIL(what, ": expected a JSON ", want, ", got ", kind_name(got));
 }
 }  // namespace
 
@@ -82,7 +79,7 @@ double Value::as_double(std::string_view what) const {
 }
 int64_t Value::as_int(std::string_view what) const {
   if (kind_ != Kind::Number) wrong_kind(what, "integer", kind_);
-  NVFP4_CHECK(is_int_, std::string(what), ": expected an integer, got ", num_);
+  NVFP4_CHECK(is_int_, what, ": expected an integer, got ", num_);
   return int_;
 }
 const std::string& Value::as_string(std::string_view what) const {
@@ -143,7 +140,7 @@ class Parser {
   size_t pos_ = 0;
 
   [[noreturn]] void fail(std::string_view msg) const {
-    NVFP4_FAIL(std::string(source_), ": invalid JSON at byte ", pos_, ": ", std::string(msg));
+    NVFP4_FAIL(source_, ": invalid JSON at byte ", pos_, ": ", msg);
   }
   bool at_end() const { return pos_ >= s_.size(); }
   char peek() const { return at_end() ? '\0' : s_[pos_]; }
