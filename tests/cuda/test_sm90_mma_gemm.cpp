@@ -426,6 +426,31 @@ TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
   run_and_check(p, Sm90MmaGemmConfig{2, 1, 0}, "nan", 3);
 }
 
+// The kernel choice and configuration (host only): the thresholds measured on
+// the H200 (bench/NOTES.md "Hopper speed").
+TEST(Sm90MmaGemmHeuristic, DecodeUpToSixteenTokensPerExpert) {
+  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(6, 48));          // T=1, EP8
+  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(3072, 384));      // T=512, EP1: 8 per expert
+  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(16 * 48, 48));    // the boundary
+  EXPECT_FALSE(sm90_nvfp4_mma_gemm_prefers(16 * 48 + 1, 48));
+  EXPECT_FALSE(sm90_nvfp4_mma_gemm_prefers(3072, 48));      // T=512, EP8: 64 per expert
+  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(0, 0));           // no experts: no division by zero
+  const Sm90MmaGemmConfig one = sm90_nvfp4_mma_gemm_config(6, 48);
+  EXPECT_EQ(one.n_tiles, 1);
+  EXPECT_EQ(one.m_tiles, 1);
+  EXPECT_FALSE(one.bulk);
+  const Sm90MmaGemmConfig eight = sm90_nvfp4_mma_gemm_config(384, 48);  // T=64, EP8
+  EXPECT_EQ(eight.n_tiles, 2);
+  EXPECT_EQ(eight.m_tiles, 2);
+}
+
+TEST(Sm90MmaGemmHeuristic, FitsDeepSeekShapesOnly) {
+  EXPECT_TRUE(sm90_nvfp4_mma_fits(7168, 3072));   // V4-Pro
+  EXPECT_TRUE(sm90_nvfp4_mma_fits(4096, 2048));   // V4-Flash
+  EXPECT_FALSE(sm90_nvfp4_mma_fits(256, 128));    // the small demo layer: K not a multiple of 1024
+  EXPECT_FALSE(sm90_nvfp4_mma_fits(7168, 0));
+}
+
 TEST(Sm90MmaGemmChecks, BulkRejectsShortKNamingIt) {
   GroupedGemmPlan plan;
   plan.projection = Projection::Down;
