@@ -6,3 +6,4 @@
 #include "nvfp4moe/moe.hpp"
 #include "nvfp4moe/types.hpp"
 #include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/ep.hpp"
