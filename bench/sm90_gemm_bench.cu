@@ -353,16 +353,26 @@ int main(int argc, char** argv) {
         simple_l2 = time_us(rs, [&] { sm90_nvfp4_grouped_gemm(l2, nullptr); });
       }
 
-      // The whole routed path as one graph (no host sync inside: capturable).
+      // The whole routed path as one graph (no host sync inside: capturable),
+      // with the backend's GEMM choice (decode kernel up to 16 tokens per expert).
+      const bool decode = sm90_nvfp4_mma_gemm_prefers(P, E) || !run_simple;
       CudaStream cs;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
       sm90_nvfp4_group(ga, cs.get());
       sm90_nvfp4_stage(qa, cs.get());
-      sm90_nvfp4_mma_gemm(l1, m1, cfg, cs.get());
+      if (decode) {
+        sm90_nvfp4_mma_gemm(l1, m1, cfg, cs.get());
+      } else {
+        sm90_nvfp4_grouped_gemm(l1, cs.get());
+      }
       sm90_nvfp4_requant(rq, cs.get());
-      sm90_nvfp4_mma_gemm(l2, m2, cfg, cs.get());
+      if (decode) {
+        sm90_nvfp4_mma_gemm(l2, m2, cfg, cs.get());
+      } else {
+        sm90_nvfp4_grouped_gemm(l2, cs.get());
+      }
       combine_slots(ca, cs.get());
       NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
       NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
