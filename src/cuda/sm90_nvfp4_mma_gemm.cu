@@ -1,8 +1,8 @@
 // sm90_nvfp4_mma_gemm: launcher and heuristic (kernel in the .cuh).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
-#include <algorithm>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.cuh"
