@@ -36,20 +36,50 @@ namespace {
 inline float to_f32(float v) { return v; }
 inline float to_f32(Bf16 v) { return bf16_to_float(v); }
 
+// max |x_i| over 16 values, NaN if any is NaN. The NaN test is kept apart
+// from the max so that the loop vectorises (a select, not a branch).
+inline float block_abs_max(const float* x) {
+  float amax = 0.0f;
+  int nan = 0;
+  for (int i = 0; i < kBlock; ++i) {
+    float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;
+    nan |= int(a != a);
+  }
+  return nan ? bits_to_float(0x7fc00000u) : amax;
+}
+
 // One block of 16: writes 8 code bytes and returns the scale byte.
 inline uint8_t quantize_block(const float* x, float g, uint8_t* codes) {
-  float amax = 0.0f;
-  for (int i = 0; i < kBlock; ++i) amax = abs_max_nan(amax, x[i]);
-  uint8_t s = block_scale_byte(amax, g);
+  uint8_t s = block_scale_byte(block_abs_max(x), g);
   float d = block_dequant_factor(s, g);
   uint8_t q[kBlock];
   if (d == 0.0f) {
     for (int i = 0; i < kBlock; ++i) q[i] = 0;
   } else {
-    for (int i = 0; i < kBlock; ++i) q[i] = e2m1_from_float(x[i] / d);
+    for (int i = 0; i < kBlock; ++i) q[i] = e2m1_from_float(x[i] / d);  // a true division (spec 2)
   }
   for (int i = 0; i < kBlock / 2; ++i) codes[i] = uint8_t(q[2 * i] | (q[2 * i + 1] << 4));
   return s;
+}
+
+// max |x| over a span, NaN-propagating; eight independent lanes so it vectorises.
+template <typename T>
+float span_abs_max(const T* x, int64_t n) {
+  float lane[8] = {};
+  int nan = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      float a = std::fabs(to_f32(x[i + j]));
+      lane[j] = a > lane[j] ? a : lane[j];
+      nan |= int(a != a);
+    }
+  }
+  float m = 0.0f;
+  for (; i < n; ++i) m = abs_max_nan(m, to_f32(x[i]));
+  for (float l : lane) m = l > m ? l : m;
+  return nan ? bits_to_float(0x7fc00000u) : m;
 }
 
 template <typename T>
@@ -79,9 +109,8 @@ float abs_max_impl(const T* x, int64_t n) {
   int64_t chunk = (n + int64_t(part.size()) - 1) / int64_t(part.size());
   parallel_for(int64_t(part.size()), 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      float m = 0.0f;
-      for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) m = abs_max_nan(m, to_f32(x[i]));
-      part[size_t(c)] = m;
+      int64_t b = c * chunk, e = std::min(n, (c + 1) * chunk);
+      part[size_t(c)] = b < e ? span_abs_max(x + b, e - b) : 0.0f;
     }
   }, n < (1 << 20) ? 1 : 0);
   float m = 0.0f;
@@ -91,6 +120,10 @@ float abs_max_impl(const T* x, int64_t n) {
 
 template <typename T>
 void check_finite_impl(const T* x, int64_t n, const char* what) {
+  // A branch-free scan first (vectorises); locate the index only on failure.
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= int(!is_finite(to_f32(x[i])));
+  if (!bad) return;
   for (int64_t i = 0; i < n; ++i) {
     float v = to_f32(x[i]);
     NVFP4_CHECK(is_finite(v), what, ": non-finite value ", v, " at flat index ", i);
@@ -120,11 +153,10 @@ Nvfp4Matrix quantize_matrix_impl(const T* x, int64_t rows, int64_t cols, ScaleSc
       break;
     case ScaleScope::PerRow:
       m.global_scale.resize(size_t(rows));
-      for (int64_t r = 0; r < rows; ++r) {
-        float a = 0.0f;
-        for (int64_t i = 0; i < cols; ++i) a = abs_max_nan(a, to_f32(x[r * cols + i]));
-        m.global_scale[size_t(r)] = global_scale_from_amax(a);
-      }
+      parallel_for(rows, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, cols)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          m.global_scale[size_t(r)] = global_scale_from_amax(span_abs_max(x + r * cols, cols));
+      });
       break;
   }
   quantize_rows_impl(x, rows, cols, cols, m.global_scale.data(), m.global_scale.size() == 1 ? 0 : 1,
