@@ -57,19 +57,43 @@ MmaGeometry mma_geometry(Projection p, int64_t hidden, int64_t inter) {
 
 void pack_mma_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden, int64_t inter,
                       uint8_t* out_codes, uint8_t* out_scales) {
+  // Word by word (the element-wise map of for_each_element, which
+  // unpack_mma_weights uses, is the reference; tests round-trip the two).
   const int64_t k = p == Projection::GateUp ? hidden : inter;
   const MmaGeometry g = mma_geometry(p, hidden, inter);
-  std::memset(out_codes, 0, size_t(g.code_bytes_per_expert()));
   uint32_t* words = reinterpret_cast<uint32_t*>(out_codes);  // little-endian host, as the device
-  for_each_element(
-      p, hidden, inter,
-      [&](int64_t row, int64_t col, int64_t word, int i, int h) {
-        const uint8_t byte = codes[row * (k / 2) + col / 2];
-        const uint32_t c = (col & 1) ? (byte >> 4) : (byte & 15u);
-        words[word] |= (c & 7u) << (kFragMagBit[i] + 16 * h);
-        words[word] |= ((c >> 3) & 1u) << (kFragSignBit[i] + 16 * h);
-      },
-      [&](int64_t row, int64_t scol, int64_t byte) { out_scales[byte] = scales[row * (k / 16) + scol]; });
+  for (int64_t mt = 0; mt < g.m_tiles; ++mt)
+    for (int gi = 0; gi < 8; ++gi) {
+      const uint8_t* row_lo = codes + source_row(p, mt, gi, inter) * (k / 2);      // row g
+      const uint8_t* row_hi = codes + source_row(p, mt, gi + 8, inter) * (k / 2);  // row g + 8
+      for (int64_t c = 0; c < g.k_chunks; ++c)
+        for (int t = 0; t < 4; ++t) {
+          uint32_t* w = words + ((mt * g.k_chunks + c) * 32 + gi * 4 + t) * 4;
+          const uint8_t* lo = row_lo + c * (kMmaChunkK / 2) + 8 * t;  // columns 64c + 16t .. + 15
+          const uint8_t* hi = row_hi + c * (kMmaChunkK / 2) + 8 * t;
+          for (int st = 0; st < 4; ++st) {
+            // Register i: rows g, g+8, g, g+8; columns 4s + {0,1} (i < 2) or 4s + {2,3}.
+            const uint8_t b[4] = {lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1]};
+            uint8_t q[8];
+            for (int i = 0; i < 4; ++i) {
+              q[2 * i] = uint8_t(b[i] & 15u);
+              q[2 * i + 1] = uint8_t(b[i] >> 4);
+            }
+            w[st] = pack_fragment_word(q);
+          }
+        }
+    }
+  // Scale word of lane (g, t) for chunks 2w, 2w + 1: byte 2j + r = row g + 8r, block 4(2w + j) + t.
+  for (int64_t mt = 0; mt < g.m_tiles; ++mt)
+    for (int gi = 0; gi < 8; ++gi)
+      for (int r = 0; r < 2; ++r) {
+        const uint8_t* row = scales + source_row(p, mt, gi + 8 * r, inter) * (k / 16);
+        for (int64_t wi = 0; wi < g.k_chunks / kMmaScaleChunks; ++wi)
+          for (int t = 0; t < 4; ++t)
+            for (int j = 0; j < kMmaScaleChunks; ++j)
+              out_scales[((mt * (g.k_chunks / kMmaScaleChunks) + wi) * 32 + gi * 4 + t) * 4 + 2 * j + r] =
+                  row[4 * (kMmaScaleChunks * wi + j) + t];
+      }
 }
 
 void unpack_mma_weights(Projection p, const uint8_t* packed_codes, const uint8_t* packed_scales, int64_t hidden,
