@@ -25,7 +25,8 @@ void print_usage() {
       "X: hidden_states [T, H] bf16|f32; optional token_ids [T] int32|int64 (required for hash-routed\n"
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"
-      "topk_weights [T, k] f32. --ep R runs R expert-parallel ranks emulated on the CPU.\n");
+      "topk_weights [T, k] f32. --ep R runs R expert-parallel ranks emulated on the CPU, or with\n"
+      "--device cuda R processes, one per GPU, over NCCL symmetric memory (docs/ep.md).\n");
 }
 
 // A tensor of the input file copied into an aligned, owned buffer (the
@@ -97,8 +98,8 @@ int cmd_run(int argc, char** argv) {
   const int ranks = int(args.get_int("ep", 1));
   const int threads = int(args.get_int("threads", 0));
   NVFP4_CHECK(ranks >= 1, "--ep must be >= 1, got ", ranks);
-  NVFP4_CHECK(ranks == 1 || device == Backend::Cpu, "--ep ", ranks,
-              " is the CPU expert-parallel emulation; use --device cpu (multi-GPU runs go through the ep_cuda API)");
+  // --ep with --device cuda: R GPU processes over NCCL (cmd_ep_cuda.cpp, docs/ep.md).
+  if (args.has("ep") && device == Backend::Cuda) return cmd_run_ep_cuda(argc, argv);
 
   const ModelDir dir(model);
   LoadOptions lo;
