@@ -40,7 +40,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: nvfp4moe bench [--workload ep8|ep1|both] [--tokens 1,8,64,512,2048,8192]\n"
     "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n"
-    "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n";
+    "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
+    "       nvfp4moe bench --ep R [--model dsv4-pro|dsv4-flash] [--experts E] [--tokens LIST] [--iters 20]\n"
+    "                      [--warmup 3] [--seed S] [--combine f32|bf16]   (R GPUs, one process each; docs/ep.md)\n";
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -238,6 +240,8 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
+  // --ep R: the forward over R GPU processes, NCCL symmetric memory (cmd_ep_cuda.cpp, docs/ep.md).
+  if (args.has("ep")) return cmd_bench_ep_cuda(argc, argv);
   args.allow_only({"help", "no-ceilings", "workload", "tokens", "iters", "warmup", "seed", "csv", "device"});
   const std::string workload = args.get("workload", "both");
   NVFP4_CHECK(workload == "ep8" || workload == "ep1" || workload == "both", "--workload: '", workload,
