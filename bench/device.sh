@@ -2,7 +2,7 @@
 # The one script run on the GPU machine through the device tool:
 #   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on a small case -> benchmark -> a short summary printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,profile] [--tokens LIST]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,profile,speed] [--tokens LIST]
 #                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -82,6 +82,21 @@ if has_step bench; then
   else
     note "bench: $BUILD/nvfp4moe was not built"
   fi
+fi
+
+# Decode GEMM benchmark with the PyTorch BF16 / FP8 baselines side by side:
+# one table (ours, roofline, fraction, BF16, FP8). Not a default step.
+if has_step speed; then
+  set +e
+  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Iinclude -Isrc \
+    bench/sm90_gemm_bench.cu "$BUILD/libnvfp4moe.a" -lcublas -o "$BUILD/sm90_gemm_bench" > "$OUT/speed_build.log" 2>&1
+  timeout 300 "$BUILD/sm90_gemm_bench" --tokens "$TOKENS" --experts 48,384 --json "$OUT/ours.json" > "$OUT/speed.log" 2>&1
+  rc=$?
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/baselines_torch.py --tokens "$TOKENS" --experts 48,384 \
+    --json "$OUT/torch.json" --ours "$OUT/ours.json" > "$OUT/baselines.log" 2>&1
+  set -e
+  note "speed: bench rc=$rc"
+  sed -n '/^EP  *T  *ours/,$p' "$OUT/baselines.log" >> "$SUMMARY"
 fi
 
 # Per-kernel breakdown of one ep8 forward (Nsight Compute, SpeedOfLight): not a default step.

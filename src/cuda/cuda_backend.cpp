@@ -10,7 +10,12 @@
 // No host synchronisation, no allocation: a forward can be captured into a
 // CUDA graph. Bad expert ids are recorded in a device error word that
 // sync_errors() (or every forward in checked mode) reads.
+//
+// Fast paths (sm90_nvfp4_*, same results as the simple kernels they stand in
+// for): grouping, activation staging and requantization always where they
+// apply; the decode grouped GEMM up to 16 tokens per local expert.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/parallel.hpp"
@@ -21,7 +26,10 @@
 #include "cuda/quantize_act.hpp"
 #include "cuda/router.hpp"
 #include "cuda/shared_expert.hpp"
+#include "cuda/sm90_nvfp4_group.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
+#include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
 #include "moe/backend.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -96,6 +104,14 @@ class CudaMoeBackend final : public MoeBackendImpl {
     // Routed experts.
     w13_ = upload_packed(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
     w2_ = upload_packed(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
+    // The decode GEMM's copy of the weights (fragment layout) when the shape
+    // fits; used up to 16 tokens per local expert (sm90_nvfp4_mma_gemm_prefers).
+    // NVFP4MOE_DECODE_GEMM=0 keeps only the tile layout (half the weight memory).
+    const char* decode_env = std::getenv("NVFP4MOE_DECODE_GEMM");
+    if (sm90_nvfp4_mma_fits(H_, I_) && !(decode_env && decode_env[0] == '0')) {
+      mma1_ = upload_mma_weights(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
+      mma2_ = upload_mma_weights(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
+    }
     w13_g_ = upload(ex.w13_global);
     w2_g_ = upload(ex.w2_global);
     if (cfg_.l1_input == InputScaleMode::Static) {
@@ -237,7 +253,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     g.tiles = tiles_.get();
     g.num_tiles = num_tiles_.get();
     g.error_word = err_.get();
-    group_pairs(g, s);
+    sm90_nvfp4_group(g, s);  // group_pairs with a block-parallel scan: same results
     if (out.topk_ids.ndim)
       NVFP4_CUDA_CHECK(cudaMemcpyAsync(out.topk_ids.data, ids32_.get(), size_t(P) * 4, cudaMemcpyDeviceToDevice, s));
     if (out.topk_weights.ndim)
@@ -254,7 +270,12 @@ class CudaMoeBackend final : public MoeBackendImpl {
     q.g_out = gx_.get();
     q.deq = xq_.get();
     q.deq_ld = kp1_;
-    quantize_activations(q, s);
+    // One-pass staging (same bytes) where it applies, else the simple kernels.
+    if (sm90_nvfp4_stage_supports(q)) {
+      sm90_nvfp4_stage(q, s);
+    } else {
+      quantize_activations(q, s);
+    }
 
     // 4. L1: gate/up + SwiGLU -> h [pos, I].
     const int64_t tiles_bound = std::min(max_tiles_, max_gemm_tiles(P, local_, kGemmTileTokens));
@@ -276,7 +297,14 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l1.ld_h = I_;
     l1.has_limit = cfg_.swiglu_limit.has_value();
     l1.limit = cfg_.swiglu_limit.value_or(0.0f);
-    sm90_nvfp4_grouped_gemm(l1, s);
+    // Decode (few tokens per expert): the register-streaming GEMM.
+    const bool decode = mma1_.codes.get() && sm90_nvfp4_mma_gemm_prefers(P, local_);
+    const Sm90MmaGemmConfig decode_cfg = decode ? sm90_nvfp4_mma_gemm_config(P, local_) : Sm90MmaGemmConfig{};
+    if (decode) {
+      sm90_nvfp4_mma_gemm(l1, mma1_.view(), decode_cfg, s);
+    } else {
+      sm90_nvfp4_grouped_gemm(l1, s);
+    }
 
     // 5. L2 input: h -> NVFP4 per (token, expert) row (or static per expert) -> BF16 operand rows.
     RequantRowsArgs rq;
@@ -290,7 +318,11 @@ class CudaMoeBackend final : public MoeBackendImpl {
     rq.g_out = gh_.get();
     rq.deq = hq_.get();
     rq.deq_ld = kp2_;
-    requantize_rows(rq, s);
+    if (sm90_nvfp4_requant_supports(rq)) {
+      sm90_nvfp4_requant(rq, s);
+    } else {
+      requantize_rows(rq, s);
+    }
 
     // 6. L2: down, times the routing weight -> y_pair [pair, H].
     GroupedGemmPlan l2 = l1;
@@ -305,7 +337,11 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l2.h_out = nullptr;
     l2.y_pair = y_pair_.get();
     l2.topk_weights = wts;
-    sm90_nvfp4_grouped_gemm(l2, s);
+    if (decode) {
+      sm90_nvfp4_mma_gemm(l2, mma2_.view(), decode_cfg, s);
+    } else {
+      sm90_nvfp4_grouped_gemm(l2, s);
+    }
 
     // 7. Shared expert.
     if (cfg_.shared_experts) {
@@ -462,6 +498,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
   float static_l1_g_ = 1.0f;
 
   DeviceBuffer<uint8_t> w13_, w2_;
+  MmaWeightsDevice mma1_, mma2_;  // decode GEMM layout, empty when unused
   DeviceBuffer<float> w13_g_, w2_g_, w2_in_;
   DeviceBuffer<float> gate_t_, bias_;
   DeviceBuffer<int32_t> tid2eid_;
