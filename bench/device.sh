@@ -2,7 +2,7 @@
 # The one script run on the GPU machine through the device tool:
 #   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on a small case -> benchmark -> a short summary printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,profile,speed] [--tokens LIST]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile] [--tokens LIST]
 #                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -97,6 +97,22 @@ if has_step speed; then
   set -e
   note "speed: bench rc=$rc"
   sed -n '/^EP  *T  *ours/,$p' "$OUT/baselines.log" >> "$SUMMARY"
+fi
+
+# Expert parallelism (built against torch's NCCL 2.28.9: the system copy there
+# is older) and the Python package (GPU pytest suite): delegated to their own
+# scripts so each stays runnable alone; not default steps.
+if has_step ep; then
+  set +e
+  OUT="$OUT/ep" timeout 300 bash bench/device_ep.sh all > "$OUT/ep.log" 2>&1
+  note "ep: rc=$? ($(grep -E 'ep tests:|ep bench' "$OUT/ep.log" | tr '\n' ' '))"
+  set -e
+fi
+if has_step python; then
+  set +e
+  OUT="$OUT/python" timeout 300 bash python/device_test.sh > "$OUT/python.log" 2>&1
+  note "python: rc=$? ($(grep -E '^=+ .*(passed|failed)' "$OUT/python.log" | tail -1))"
+  set -e
 fi
 
 # Per-kernel breakdown of one ep8 forward (Nsight Compute, SpeedOfLight): not a default step.
