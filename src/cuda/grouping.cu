@@ -65,13 +65,18 @@ __global__ void group_pairs_kernel(GroupingArgs a) {
 
 }  // namespace
 
-void group_pairs(const GroupingArgs& a, cudaStream_t stream) {
+size_t check_grouping_args(const GroupingArgs& a, const char* kernel) {
   NVFP4_CHECK(a.local_experts > 0 && a.first_expert >= 0 && a.first_expert + a.local_experts <= a.experts,
-              "group_pairs: local experts [", a.first_expert, ", ", a.first_expert + a.local_experts,
+              kernel, ": local experts [", a.first_expert, ", ", a.first_expert + a.local_experts,
               ") outside [0, ", a.experts, ")");
-  NVFP4_CHECK(a.tokens * a.top_k < (int64_t(1) << 31), "group_pairs: too many pairs ", a.tokens * a.top_k);
+  NVFP4_CHECK(a.tokens * a.top_k < (int64_t(1) << 31), kernel, ": too many pairs ", a.tokens * a.top_k);
   const size_t smem = sizeof(int32_t) * 2 * size_t(a.local_experts);
-  NVFP4_CHECK(smem <= 200 * 1024, "group_pairs: ", a.local_experts, " local experts exceed shared memory");
+  NVFP4_CHECK(smem <= 200 * 1024, kernel, ": ", a.local_experts, " local experts exceed shared memory");
+  return smem;
+}
+
+void group_pairs(const GroupingArgs& a, cudaStream_t stream) {
+  const size_t smem = check_grouping_args(a, "group_pairs");
   if (smem > 48 * 1024)
     NVFP4_CUDA_CHECK(cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   group_pairs_kernel<<<1, kThreads, smem, stream>>>(a);

@@ -50,4 +50,8 @@ inline int64_t max_gemm_tiles(int64_t pairs, int64_t local_experts, int tile_row
 
 void group_pairs(const GroupingArgs& args, cudaStream_t stream);
 
+// The host checks both grouping kernels share (expert range, pair count,
+// shared memory); returns the dynamic shared memory the kernels need.
+size_t check_grouping_args(const GroupingArgs& args, const char* kernel);
+
 }  // namespace nvfp4moe::cuda

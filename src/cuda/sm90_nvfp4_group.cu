@@ -110,13 +110,8 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
 }  // namespace
 
 void sm90_nvfp4_group(const GroupingArgs& a, cudaStream_t stream) {
-  NVFP4_CHECK(a.local_experts > 0 && a.first_expert >= 0 && a.first_expert + a.local_experts <= a.experts,
-              "sm90_nvfp4_group: local experts [", a.first_expert, ", ", a.first_expert + a.local_experts,
-              ") outside [0, ", a.experts, ")");
-  NVFP4_CHECK(a.tokens * a.top_k < (int64_t(1) << 31), "sm90_nvfp4_group: too many pairs ", a.tokens * a.top_k);
+  const size_t smem = check_grouping_args(a, "sm90_nvfp4_group");
   NVFP4_CHECK(a.tile_rows > 0, "sm90_nvfp4_group: tile_rows must be positive, got ", a.tile_rows);
-  const size_t smem = sizeof(int32_t) * 2 * size_t(a.local_experts);
-  NVFP4_CHECK(smem <= 200 * 1024, "sm90_nvfp4_group: ", a.local_experts, " local experts exceed shared memory");
   if (smem > 48 * 1024)
     NVFP4_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   group_kernel<<<1, kThreads, smem, stream>>>(a);
