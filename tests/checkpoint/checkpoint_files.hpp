@@ -3,6 +3,8 @@
 // library's writer would never produce).
 #pragma once
 
+#include "common/test_util.hpp"  // EXPECT_ERROR_CONTAINS
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,20 +74,5 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
   if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;
 }
-
-// Expects `stmt` to throw nvfp4moe::Error whose message contains every given piece.
-#define EXPECT_ERROR_CONTAINS(stmt, ...)                                                    \
-  do {                                                                                     \
-    bool _thrown = false;                                                                  \
-    try {                                                                                  \
-      stmt;                                                                                \
-    } catch (const ::nvfp4moe::Error& _e) {                                                \
-      _thrown = true;                                                                      \
-      for (const std::string& _want : std::initializer_list<std::string>{__VA_ARGS__})   \
-        EXPECT_NE(std::string(_e.what()).find(_want), std::string::npos)                    \
-            << "message \"" << _e.what() << "\" lacks \"" << _want << "\"";                \
-    }                                                                                      \
-    EXPECT_TRUE(_thrown) << #stmt << " did not throw nvfp4moe::Error";                     \
-  } while (0)
 
 }  // namespace nvfp4moe::test

@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "nvfp4moe/error.hpp"
 
 #include "nvfp4moe/types.hpp"
 
@@ -51,7 +54,28 @@ constexpr uint16_t kPoisonBf16 = 0x7fa5;
 
 bool gpu_available();
 
+// Runs `fn` and expects an nvfp4moe::Error whose message holds every piece
+// (errors must name what was wrong and the offending values). `what` labels
+// the failure when nothing is thrown.
+template <typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> pieces, const char* what = "the call") {
+  try {
+    fn();
+  } catch (const ::nvfp4moe::Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : pieces)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message \"" << msg << "\" lacks \"" << p << "\"";
+    return;
+  }
+  ADD_FAILURE() << what << " did not throw nvfp4moe::Error";
+}
+
 }  // namespace nvfp4moe::test
+
+// EXPECT_ERROR_CONTAINS(statement, "piece", ...): the statement throws
+// nvfp4moe::Error whose message contains every piece.
+#define EXPECT_ERROR_CONTAINS(stmt, ...) \
+  ::nvfp4moe::test::expect_error([&] { stmt; }, {__VA_ARGS__}, #stmt)
 
 // Expect byte arrays equal; on failure print the first differing index and both bytes.
 #define EXPECT_BYTES_EQ(a, b, n, what)                                                   \

@@ -14,18 +14,6 @@
 namespace nvfp4moe::test {
 namespace {
 
-// Runs `fn`, expects an nvfp4moe::Error whose message holds every piece.
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<const char*> pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an nvfp4moe::Error mentioning '" << *pieces.begin() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
-  }
-}
-
 struct Fixture {
   MoeConfig c = small_config(64, 32, 8, 2);
   int64_t T = 4, H = 64, k = 2;
