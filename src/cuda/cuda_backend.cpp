@@ -300,11 +300,15 @@ class CudaMoeBackend final : public MoeBackendImpl {
     // Decode (few tokens per expert): the register-streaming GEMM.
     const bool decode = mma1_.codes.get() && sm90_nvfp4_mma_gemm_prefers(P, local_);
     const Sm90MmaGemmConfig decode_cfg = decode ? sm90_nvfp4_mma_gemm_config(P, local_) : Sm90MmaGemmConfig{};
-    if (decode) {
-      sm90_nvfp4_mma_gemm(l1, mma1_.view(), decode_cfg, s);
-    } else {
-      sm90_nvfp4_grouped_gemm(l1, s);
-    }
+    // One choice for both projections: the decode GEMM reads its fragment-layout copy of the weights.
+    auto run_gemm = [&](const GroupedGemmPlan& plan, const auto& mma_weights) {
+      if (decode) {
+        sm90_nvfp4_mma_gemm(plan, mma_weights.view(), decode_cfg, s);
+      } else {
+        sm90_nvfp4_grouped_gemm(plan, s);
+      }
+    };
+    run_gemm(l1, mma1_);
 
     // 5. L2 input: h -> NVFP4 per (token, expert) row (or static per expert) -> BF16 operand rows.
     RequantRowsArgs rq;
@@ -337,11 +341,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l2.h_out = nullptr;
     l2.y_pair = y_pair_.get();
     l2.topk_weights = wts;
-    if (decode) {
-      sm90_nvfp4_mma_gemm(l2, mma2_.view(), decode_cfg, s);
-    } else {
-      sm90_nvfp4_grouped_gemm(l2, s);
-    }
+    run_gemm(l2, mma2_);
 
     // 7. Shared expert.
     if (cfg_.shared_experts) {
