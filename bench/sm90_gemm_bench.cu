@@ -4,9 +4,11 @@
 //   group_pairs -> quantize x -> L1 gate/up + SwiGLU -> requantize h ->
 //   L2 down x w_j -> combine
 //
-// with the fast staging (sm90_nvfp4_stage / _requant) and the decode GEMM
-// (sm90_nvfp4_mma_gemm) and, side by side, the simple staging and the
-// correctness-first GEMM (sm90_nvfp4_grouped_gemm). Ceilings are measured in
+// with the fast staging (sm90_nvfp4_stage / _requant) and the GEMMs the
+// backend runs (run_expert_gemm: decode sm90_nvfp4_mma_gemm or prefill
+// sm90_nvfp4_wgmma_gemm, chosen on the device), and, side by side, the simple
+// staging, the correctness-first GEMM (sm90_nvfp4_grouped_gemm) and a sweep
+// of the other kernels and configurations. Ceilings are measured in
 // the same run: HBM read bandwidth (a large sum) and BF16 dense peak (cuBLAS
 // 8192^3). Roofline of the GEMMs: max(bytes of the touched experts' codes +
 // scales / read BW, 2 * pairs * 3 * H * I / BF16 peak).
@@ -31,12 +33,14 @@
 
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/expert_gemm.hpp"
 #include "cuda/grouping.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/sm90_nvfp4_group.hpp"
 #include "cuda/sm90_nvfp4_stage.hpp"
+#include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 
 using namespace nvfp4moe;
 using namespace nvfp4moe::cuda;
@@ -194,11 +198,11 @@ int main(int argc, char** argv) {
     fill(s1.get(), s1.size(), 12, 0x30, 0x20);
     fill(c2.get(), c2.size(), 13);
     fill(s2.get(), s2.size(), 14, 0x30, 0x20);
-    DeviceBuffer<uint8_t> t1(run_simple ? size_t(E * q1.bytes_per_expert()) : 1), t2(run_simple ? size_t(E * q2.bytes_per_expert()) : 1);
-    if (run_simple) {  // scale bytes sit inside each tile: bound every byte to a sane scale
-      fill(t1.get(), t1.size(), 15, 0x30, 0x20);
-      fill(t2.get(), t2.size(), 16, 0x30, 0x20);
-    }
+    DeviceBuffer<uint8_t> t1(size_t(E * q1.bytes_per_expert())), t2(size_t(E * q2.bytes_per_expert()));
+    // Scale bytes sit inside each tile: bound every byte to a sane scale.
+    fill(t1.get(), t1.size(), 15, 0x30, 0x20);
+    fill(t2.get(), t2.size(), 16, 0x30, 0x20);
+    prepare_expert_gemm(E);
     std::vector<float> w13g(size_t(2 * E), 1e-3f), w2g(size_t(E), 1e-3f);
     DeviceBuffer<float> dw13g(w13g.size()), dw2g(w2g.size());
     dw13g.upload(w13g.data(), w13g.size());
@@ -268,6 +272,8 @@ int main(int argc, char** argv) {
       l1.tiles = tiles.get();
       l1.num_tiles = num_tiles.get();
       l1.max_tiles = max_tiles;
+      l1.offsets = offsets.get();
+      l1.local_experts = E;
       l1.h_out = h.get();
       l1.ld_h = kI;
       l1.has_limit = true;
@@ -306,9 +312,17 @@ int main(int argc, char** argv) {
 
       const Sm90MmaGemmConfig cfg = sm90_nvfp4_mma_gemm_config(P, E);
       const MmaWeights m1{c1.get(), s1.get(), g1}, m2{c2.get(), s2.get(), g2};
+      // The backend's GEMM: run_expert_gemm's device-side choice (its kernel name in the table).
+      const ExpertGemmChoice choice = choose_expert_gemm(E, P, true, std::getenv("NVFP4MOE_GEMM"));
+      const char* chosen = "?";
+      for (int i = 0; i < choice.count; ++i)
+        if (choice.candidates[i].above < P && P <= choice.candidates[i].at_most) {
+          static const char* names[] = {"simple", "decode", "wgmma64", "wgmma128"};
+          chosen = names[choice.candidates[i].kind];
+        }
       group_pairs(ga, nullptr);
       quantize_activations(qa, nullptr);
-      sm90_nvfp4_mma_gemm(l1, m1, cfg, nullptr);
+      run_expert_gemm(l1, &m1, P, nullptr);
       requantize_rows(rq, nullptr);
       NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -316,20 +330,28 @@ int main(int argc, char** argv) {
       Stages st;
       st.group = time_us(r, [&] { group_pairs(ga, nullptr); });
       st.quant = time_us(r, [&] { quantize_activations(qa, nullptr); });
-      st.l1 = time_us(r, [&] { sm90_nvfp4_mma_gemm(l1, m1, cfg, nullptr); });
+      st.l1 = time_us(r, [&] { run_expert_gemm(l1, &m1, P, nullptr); });
       st.requant = time_us(r, [&] { requantize_rows(rq, nullptr); });
-      st.l2 = time_us(r, [&] { sm90_nvfp4_mma_gemm(l2, m2, cfg, nullptr); });
+      st.l2 = time_us(r, [&] { run_expert_gemm(l2, &m2, P, nullptr); });
       st.combine = time_us(r, [&] { combine_slots(ca, nullptr); });
       const double fast_group = time_us(r, [&] { sm90_nvfp4_group(ga, nullptr); });
       const double fast_quant = time_us(r, [&] { sm90_nvfp4_stage(qa, nullptr); });
       const double fast_requant = time_us(r, [&] { sm90_nvfp4_requant(rq, nullptr); });
-      // Every decode configuration, for the heuristic's record.
+      // Both wgmma tile widths; every decode configuration where decode is in the running.
       std::string sweep;
-      for (const Sm90MmaGemmConfig c :
+      for (int bn : {64, 128}) {
+        const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l1, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
+        const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l2, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%swgmma%d:%.0f", sweep.empty() ? "" : " ", bn, a + b);
+        sweep += buf;
+      }
+      const std::vector<Sm90MmaGemmConfig> decode_configs{
            {Sm90MmaGemmConfig{1, 1, 0}, Sm90MmaGemmConfig{2, 1, 0}, Sm90MmaGemmConfig{4, 1, 0},
             Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0},
             Sm90MmaGemmConfig{1, 1, 0, true}, Sm90MmaGemmConfig{2, 1, 0, true}, Sm90MmaGemmConfig{1, 2, 0, true},
-            Sm90MmaGemmConfig{2, 2, 0, true}, Sm90MmaGemmConfig{4, 2, 0, true}}) {
+            Sm90MmaGemmConfig{2, 2, 0, true}, Sm90MmaGemmConfig{4, 2, 0, true}}};
+      for (const Sm90MmaGemmConfig& c : P > 32 * E ? std::vector<Sm90MmaGemmConfig>{} : decode_configs) {
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
         const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l2, m2, c, nullptr); });
         char buf[64];
@@ -337,7 +359,7 @@ int main(int argc, char** argv) {
         sweep += buf;
       }
       // Persistent grid size (CTAs per SM) for the chosen configuration.
-      for (int per_sm : {2, 3, 4, 5}) {
+      for (int per_sm : P > 32 * E ? std::vector<int>{} : std::vector<int>{2, 3, 4, 5}) {
         Sm90MmaGemmConfig c = cfg;
         c.grid = 132 * per_sm;
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
@@ -354,25 +376,16 @@ int main(int argc, char** argv) {
       }
 
       // The whole routed path as one graph (no host sync inside: capturable),
-      // with the backend's GEMM choice (decode kernel up to 16 tokens per expert).
-      const bool decode = sm90_nvfp4_mma_gemm_prefers(P, E) || !run_simple;
+      // with the backend's GEMM choice.
       CudaStream cs;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
       sm90_nvfp4_group(ga, cs.get());
       sm90_nvfp4_stage(qa, cs.get());
-      if (decode) {
-        sm90_nvfp4_mma_gemm(l1, m1, cfg, cs.get());
-      } else {
-        sm90_nvfp4_grouped_gemm(l1, cs.get());
-      }
+      run_expert_gemm(l1, &m1, P, cs.get());
       sm90_nvfp4_requant(rq, cs.get());
-      if (decode) {
-        sm90_nvfp4_mma_gemm(l2, m2, cfg, cs.get());
-      } else {
-        sm90_nvfp4_grouped_gemm(l2, cs.get());
-      }
+      run_expert_gemm(l2, &m2, P, cs.get());
       combine_slots(ca, cs.get());
       NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
       NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -389,7 +402,7 @@ int main(int argc, char** argv) {
       const double stage_bytes = double(T) * kH * 2 + double(T) * kp1 * 2 + 4.0 * T;
       const double stage_frac = stage_bytes / bw * 1e6 / fast_quant;
       char cfgs[16];
-      std::snprintf(cfgs, sizeof cfgs, "%dx%d%s", cfg.n_tiles, cfg.m_tiles, cfg.bulk ? "b" : "");
+      std::snprintf(cfgs, sizeof cfgs, "%s", chosen);
       std::printf("%-4s %6lld %7lld %5d %-9s %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%%\n", ep,
                   (long long)T, (long long)P, int(touched.size()), cfgs, st.l1, st.l2, gemm, floor_us,
                   100.0 * floor_us / gemm, simple_l1 + simple_l2, run_simple ? (simple_l1 + simple_l2) / gemm : 0.0,

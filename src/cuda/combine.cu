@@ -1,6 +1,7 @@
 // Combine and element-wise kernels (see combine.hpp).
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/swiglu.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -31,12 +32,7 @@ __global__ void swiglu_kernel(const float* gu, int64_t tokens, int64_t inter, bo
   const int64_t n = tokens * inter;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / inter, c = i % inter;
-    float gate = gu[t * 2 * inter + c], up = gu[t * 2 * inter + inter + c];
-    if (has_limit) {  // NaN-propagating clamps
-      gate = gate > L ? L : gate;
-      up = up > L ? L : (up < -L ? -L : up);
-    }
-    h[i] = __float2bfloat16_rn(gate / (1.0f + expf(-gate)) * up);
+    h[i] = __float2bfloat16_rn(swiglu_limited(gu[t * 2 * inter + c], gu[t * 2 * inter + inter + c], has_limit, L));
   }
 }
 

@@ -13,7 +13,8 @@
 //
 // Fast paths (sm90_nvfp4_*, same results as the simple kernels they stand in
 // for): grouping, activation staging and requantization always where they
-// apply; the decode grouped GEMM up to 16 tokens per local expert.
+// apply; the grouped GEMMs chosen on the device by run_expert_gemm (decode
+// kernel for few tokens per expert, wgmma kernel beyond).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/error_word.hpp"
+#include "cuda/expert_gemm.hpp"
 #include "cuda/grouping.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/router.hpp"
@@ -105,13 +107,14 @@ class CudaMoeBackend final : public MoeBackendImpl {
     w13_ = upload_packed(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
     w2_ = upload_packed(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
     // The decode GEMM's copy of the weights (fragment layout) when the shape
-    // fits; used up to 16 tokens per local expert (sm90_nvfp4_mma_gemm_prefers).
+    // fits; run_expert_gemm uses it for few tokens per local expert.
     // NVFP4MOE_DECODE_GEMM=0 keeps only the tile layout (half the weight memory).
     const char* decode_env = std::getenv("NVFP4MOE_DECODE_GEMM");
     if (sm90_nvfp4_mma_fits(H_, I_) && !(decode_env && decode_env[0] == '0')) {
       mma1_ = upload_mma_weights(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
       mma2_ = upload_mma_weights(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
     }
+    prepare_expert_gemm(local_);
     w13_g_ = upload(ex.w13_global);
     w2_g_ = upload(ex.w2_global);
     if (cfg_.l1_input == InputScaleMode::Static) {
@@ -279,6 +282,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
 
     // 4. L1: gate/up + SwiGLU -> h [pos, I].
     const int64_t tiles_bound = std::min(max_tiles_, max_gemm_tiles(P, local_, kGemmTileTokens));
+    const MmaWeights mma1_w = mma1_.view(), mma2_w = mma2_.view();
     GroupedGemmPlan l1;
     l1.projection = Projection::GateUp;
     l1.weights = w13_.get();
@@ -297,18 +301,9 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l1.ld_h = I_;
     l1.has_limit = cfg_.swiglu_limit.has_value();
     l1.limit = cfg_.swiglu_limit.value_or(0.0f);
-    // Decode (few tokens per expert): the register-streaming GEMM.
-    const bool decode = mma1_.codes.get() && sm90_nvfp4_mma_gemm_prefers(P, local_);
-    const Sm90MmaGemmConfig decode_cfg = decode ? sm90_nvfp4_mma_gemm_config(P, local_) : Sm90MmaGemmConfig{};
-    // One choice for both projections: the decode GEMM reads its fragment-layout copy of the weights.
-    auto run_gemm = [&](const GroupedGemmPlan& plan, const auto& mma_weights) {
-      if (decode) {
-        sm90_nvfp4_mma_gemm(plan, mma_weights.view(), decode_cfg, s);
-      } else {
-        sm90_nvfp4_grouped_gemm(plan, s);
-      }
-    };
-    run_gemm(l1, mma1_);
+    l1.offsets = offsets_.get();
+    l1.local_experts = local_;
+    run_expert_gemm(l1, mma1_.codes.get() ? &mma1_w : nullptr, P, s);
 
     // 5. L2 input: h -> NVFP4 per (token, expert) row (or static per expert) -> BF16 operand rows.
     RequantRowsArgs rq;
@@ -341,7 +336,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l2.h_out = nullptr;
     l2.y_pair = y_pair_.get();
     l2.topk_weights = wts;
-    run_gemm(l2, mma2_);
+    run_expert_gemm(l2, mma2_.codes.get() ? &mma2_w : nullptr, P, s);
 
     // 7. Shared expert.
     if (cfg_.shared_experts) {

@@ -10,7 +10,8 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
-#include "format/nvfp4_codec.hpp"
+#include "cuda/sm90_nvfp4_tile_dequant.cuh"
+#include "cuda/swiglu.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -30,24 +31,18 @@ template <Projection P>
 __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(GroupedGemmPlan plan) {
   // Shared memory: pipeline stages, dequant tables, per-position metadata.
   __shared__ __align__(128) uint8_t stages[kStages * kStageBytes];
-  __shared__ uint32_t code_pair_bf16x2[256];  // byte -> (value(lo), value(hi)) as BF16x2
-  __shared__ uint32_t scale_bf16x2[256];      // UE4M3 byte -> (s, s) as BF16x2
+  __shared__ TileDequantTables tables;
   __shared__ int32_t pos_row[kGemmTileTokens];   // operand row, -1 = padding
   __shared__ int32_t pos_pair[kGemmTileTokens];  // (Down) pair index
   __shared__ float pos_g[kGemmTileTokens];
 
-  if (int(blockIdx.x) >= *plan.num_tiles) return;
+  if (int(blockIdx.x) >= *plan.num_tiles || !plan_selected(plan)) return;
   const GemmTile tile = plan.tiles[blockIdx.x];
   const int64_t n_tile = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, grp = lane >> 2, tig = lane & 3;
 
   // Tables and metadata.
-  for (int i = tid; i < 256; i += kThreads) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(fmt::e2m1_value(uint8_t(i & 15)), fmt::e2m1_value(uint8_t(i >> 4)));
-    code_pair_bf16x2[i] = *reinterpret_cast<uint32_t*>(&v);
-    __nv_bfloat162 s = __float2bfloat162_rn(fmt::e4m3_value(uint8_t(i)));
-    scale_bf16x2[i] = *reinterpret_cast<uint32_t*>(&s);
-  }
+  fill_tile_dequant_tables(tables, tid, kThreads);
   if (tid < kGemmTileTokens) {
     const bool live = tid < tile.rows;
     const int32_t pos = tile.begin + tid;
@@ -106,24 +101,12 @@ __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(Group
     ptx::cp_async_commit();
 
     const uint8_t* st = stages + int(ks % kStages) * kStageBytes;
-    const uint8_t* codes = st;
-    const uint8_t* scales = st + kTileCodeBytes;
     const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(st + kTileBytes);
 #pragma unroll
     for (int c = 0; c < kTileK / 16; ++c) {
       uint32_t a[2][4];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const int r0 = warp * 32 + mi * 16 + grp;
-        const uint32_t c0 = *reinterpret_cast<const uint16_t*>(codes + r0 * 32 + c * 8 + 2 * tig);
-        const uint32_t c1 = *reinterpret_cast<const uint16_t*>(codes + (r0 + 8) * 32 + c * 8 + 2 * tig);
-        const uint32_t s0 = scale_bf16x2[scales[r0 * 4 + c]];
-        const uint32_t s1 = scale_bf16x2[scales[(r0 + 8) * 4 + c]];
-        a[mi][0] = ptx::mul_bf16x2(code_pair_bf16x2[c0 & 0xff], s0);
-        a[mi][1] = ptx::mul_bf16x2(code_pair_bf16x2[c1 & 0xff], s1);
-        a[mi][2] = ptx::mul_bf16x2(code_pair_bf16x2[c0 >> 8], s0);
-        a[mi][3] = ptx::mul_bf16x2(code_pair_bf16x2[c1 >> 8], s1);
-      }
+      for (int mi = 0; mi < 2; ++mi) dequant_tile_fragment(st, warp * 32 + mi * 16 + grp, c, tig, tables, a[mi]);
 #pragma unroll
       for (int ni = 0; ni < 8; ++ni) {
         if (ni * 8 >= tile.rows) break;  // block-uniform: decode tiles skip empty n8 tiles
@@ -151,14 +134,9 @@ __global__ void __launch_bounds__(kThreads) sm90_nvfp4_grouped_gemm_kernel(Group
         for (int cc = 0; cc < 2; ++cc) {
           const int col = ni * 8 + 2 * tig + cc;
           if (col >= tile.rows) continue;
-          float gate = acc[mi][ni][cc] * (pos_g[col] * gw_gate);
-          float up = acc[mi][ni][2 + cc] * (pos_g[col] * gw_up);
-          if (plan.has_limit) {  // written so that NaN propagates (fminf would drop it)
-            gate = gate > L ? L : gate;
-            up = up > L ? L : (up < -L ? -L : up);
-          }
-          const float h = gate / (1.0f + expf(-gate)) * up;
-          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + i] = h;
+          const float gate = acc[mi][ni][cc] * (pos_g[col] * gw_gate);
+          const float up = acc[mi][ni][2 + cc] * (pos_g[col] * gw_up);
+          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + i] = swiglu_limited(gate, up, plan.has_limit, L);
         }
     }
   } else {

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "cuda/grouping.hpp"
 
@@ -82,6 +83,18 @@ struct GroupedGemmPlan {
   const GemmTile* tiles = nullptr;
   const int32_t* num_tiles = nullptr;  // device
   int64_t max_tiles = 0;               // grid bound
+  // The group starts (grouping.hpp); the wgmma kernel schedules its own
+  // token blocks from them instead of `tiles`.
+  const int32_t* offsets = nullptr;    // device [local_experts + 1]
+  int64_t local_experts = 0;
+
+  // Device-side choice between kernels, with no host synchronisation: with
+  // `live_pairs` set (offsets + local_experts), a kernel does its work only
+  // when pairs_above < *live_pairs <= pairs_at_most, and exits at once
+  // otherwise. The launcher of several candidates gives them disjoint ranges.
+  const int32_t* live_pairs = nullptr;
+  int32_t pairs_above = -1;
+  int32_t pairs_at_most = std::numeric_limits<int32_t>::max();
 
   // GateUp epilogue: h[pos, i] = silu(min(gate, L)) * clamp(up, -L, L), f32 [*, ld_h].
   float* h_out = nullptr;
@@ -94,5 +107,14 @@ struct GroupedGemmPlan {
 };
 
 void sm90_nvfp4_grouped_gemm(const GroupedGemmPlan& plan, cudaStream_t stream);
+
+#ifdef __CUDACC__
+// Whether a kernel launched with `plan` should do its work (see live_pairs).
+__device__ __forceinline__ bool plan_selected(const GroupedGemmPlan& plan) {
+  if (plan.live_pairs == nullptr) return true;
+  const int32_t n = *plan.live_pairs;
+  return n > plan.pairs_above && n <= plan.pairs_at_most;
+}
+#endif
 
 }  // namespace nvfp4moe::cuda

@@ -9,6 +9,7 @@
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "cuda/ptx/sm90_ld_cvt.cuh"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/swiglu.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -71,7 +72,7 @@ struct Scheduler {
       : plan(p.plan), m_tiles(p.w.geometry.m_tiles), k_chunks(p.w.geometry.k_chunks), lane(lane_) {
     chunk0 = warp * (k_chunks / kWarps);
     num_tiles = *plan.num_tiles;
-    items = (m_tiles / kMTiles) * num_tiles;
+    items = plan_selected(plan) ? (m_tiles / kMTiles) * num_tiles : 0;
   }
 
   __device__ bool valid(const Unit& u) const { return u.item < items; }
@@ -180,14 +181,9 @@ __device__ __forceinline__ void reduce_and_store(const Scheduler<P, kNTiles, kMT
     const int32_t pos = u.tile.begin + u.first + q;
     if constexpr (P == Projection::GateUp) {
       const float ga = plan.act_g[operand_row<P>(plan, pos)];
-      float gate = lo * (ga * plan.w_global[u.tile.expert * 2] * kFragEpilogue);
-      float up = hi * (ga * plan.w_global[u.tile.expert * 2 + 1] * kFragEpilogue);
-      if (plan.has_limit) {  // written so that NaN propagates (fminf would drop it)
-        const float L = plan.limit;
-        gate = gate > L ? L : gate;
-        up = up > L ? L : (up < -L ? -L : up);
-      }
-      plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + g] = gate / (1.0f + expf(-gate)) * up;
+      const float gate = lo * (ga * plan.w_global[u.tile.expert * 2] * kFragEpilogue);
+      const float up = hi * (ga * plan.w_global[u.tile.expert * 2 + 1] * kFragEpilogue);
+      plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + g] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
     } else {
       const int32_t pair = plan.pair_of_pos[pos];
       const float alpha = plan.act_g[pos] * plan.w_global[u.tile.expert] * kFragEpilogue;

@@ -93,10 +93,6 @@ bool sm90_nvfp4_mma_fits(int64_t hidden, int64_t inter) {
          sm90_nvfp4_mma_gemm_supports(mma_geometry(Projection::Down, hidden, inter));
 }
 
-bool sm90_nvfp4_mma_gemm_prefers(int64_t pairs, int64_t local_experts) {
-  return pairs <= 16 * std::max<int64_t>(1, local_experts);
-}
-
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts) {
   const double per_expert = double(pairs) / double(std::max<int64_t>(1, local_experts));
   Sm90MmaGemmConfig c;

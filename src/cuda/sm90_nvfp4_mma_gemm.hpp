@@ -70,14 +70,6 @@ bool sm90_nvfp4_mma_fits(int64_t hidden, int64_t intermediate);
 // vs. enough items to fill every SM). NVFP4MOE_PRINT_CONFIG=1 prints it.
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts);
 
-// The choice the cuda backend makes per forward between this kernel and
-// sm90_nvfp4_grouped_gemm: true while the layer is
-// memory-bound enough for this kernel (<= 16 tokens per local expert on
-// average, measured crossover on the H200: bench/NOTES.md "Hopper speed");
-// beyond it the correctness-first kernel's 128 x 64 shared-memory tiles
-// reuse each dequantized weight more.
-bool sm90_nvfp4_mma_gemm_prefers(int64_t pairs, int64_t local_experts);
-
 // Queues the GEMM of `plan` (its weights/geometry fields are ignored; `w`
 // is used instead). No host synchronisation; capturable in a CUDA graph.
 void sm90_nvfp4_mma_gemm(const GroupedGemmPlan& plan, const MmaWeights& w, const Sm90MmaGemmConfig& cfg,

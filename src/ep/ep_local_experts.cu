@@ -3,9 +3,11 @@
 #include <cuda_bf16.h>
 
 #include "cuda/combine.hpp"
+#include "cuda/expert_gemm.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/shared_expert.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
+#include "cuda/swiglu.cuh"
 #include "ep/ep_local_experts.hpp"
 #include "format/nvfp4_codec.hpp"
 
@@ -16,17 +18,6 @@ namespace {
 using namespace nvfp4moe::fmt;
 
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
-
-// silu(min(gate, L)) * clamp(up, -L, L); no clamp without a limit.
-__device__ __forceinline__ float swiglu(float gate, float up, bool has_limit, float limit) {
-  if (has_limit) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-  }
-  return silu(gate) * up;
-}
 
 // sum_k a[k] * value(w_k) * s(w block), the weight row given as packed codes
 // and linear scales; a is the staged row (shared memory).
@@ -67,7 +58,7 @@ __global__ void ep_l1_ref_kernel(EpComputeArgs a, const uint8_t* w13_codes, cons
                      (a.g[p] * w13_global[2 * e]);
   const float up = dot_nvfp4_row(row, w13_codes + up_row * (H / 2), w13_scales + up_row * (H / 16), H) *
                    (a.g[p] * w13_global[2 * e + 1]);
-  h[int64_t(p) * I + i] = swiglu(gate, up, has_limit, limit);
+  h[int64_t(p) * I + i] = cuda::swiglu_limited(gate, up, has_limit, limit);
 }
 
 // grid (capacity, ceil(H / kThreads)); dynamic smem: I floats.
@@ -145,7 +136,7 @@ __global__ void ep_shared_l1_ref_kernel(const XT* x, const __nv_bfloat16* w13, i
     gate += row[k] * __bfloat162float(w13[i * H + k]);
     up += row[k] * __bfloat162float(w13[(Is + i) * H + k]);
   }
-  h[t * Is + i] = swiglu(gate, up, has_limit, limit);
+  h[t * Is + i] = cuda::swiglu_limited(gate, up, has_limit, limit);
 }
 
 // grid (tokens, ceil(H / kThreads)); smem: Is floats of h.
@@ -231,6 +222,7 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   // Attributes are set here, not per launch: a forward stays graph-capturable.
   allow_smem(ep_l1_ref_kernel, size_t(hidden_) * 4);
   allow_smem(ep_l2_ref_kernel, size_t(inter_) * 4);
+  cuda::prepare_expert_gemm(count_);
 }
 
 void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
@@ -289,11 +281,14 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.tiles = tiles;
   l1.num_tiles = num_tiles_.get();
   l1.max_tiles = max_tiles_;
+  l1.offsets = a.offsets;
+  l1.local_experts = count_;
   l1.h_out = h_.get();
   l1.ld_h = inter_;
   l1.has_limit = limit_.has_value();
   l1.limit = limit_.value_or(0.0f);
-  cuda::sm90_nvfp4_grouped_gemm(l1, stream);
+  // No fragment-layout copy here: the decode kernel is not a candidate (one copy of the weights per rank).
+  cuda::run_expert_gemm(l1, nullptr, capacity_, stream);
 
   requantize_h(a, ld_h_deq_, stream);
 
@@ -311,9 +306,11 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l2.tiles = tiles;
   l2.num_tiles = num_tiles_.get();
   l2.max_tiles = max_tiles_;
+  l2.offsets = a.offsets;
+  l2.local_experts = count_;
   l2.y_pair = a.out;
   l2.topk_weights = a.weight;
-  cuda::sm90_nvfp4_grouped_gemm(l2, stream);
+  cuda::run_expert_gemm(l2, nullptr, capacity_, stream);
 }
 
 EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cfg, int32_t max_tokens)

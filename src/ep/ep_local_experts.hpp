@@ -8,9 +8,9 @@
 // Output: w_j * o_e per row as FP32 [capacity, H], which the combine pushes
 // to the token's rank.
 //
-// run(): the CUDA backend's grouped GEMM (sm90_nvfp4_grouped_gemm) behind its
-// plan — the receive rows are its "tokens" (top_k 1, identity pair map), the
-// work list is built from this rank's expert offsets; the L2 input is
+// run(): the CUDA backend's grouped GEMMs (run_expert_gemm: the wgmma kernel,
+// chosen on the device) behind their plan — the receive rows are its "tokens"
+// (top_k 1, identity pair map), scheduled from this rank's expert offsets; the L2 input is
 // requantized with the backend's requantize_rows (spec 2 bytes, dynamic per
 // row or static per expert).
 // run_ref(): the scalar reference (`*_ref` in the house style): one thread

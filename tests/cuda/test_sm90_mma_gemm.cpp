@@ -11,14 +11,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "common/test_util.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/expert_gemm.hpp"
 #include "cuda/grouping.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_layout.hpp"
+#include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::cuda {
@@ -232,11 +235,34 @@ double compare(const std::vector<float>& got, const std::vector<double>& want, i
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
-// Runs L1 (gate/up + SwiGLU) and L2 (down x w_j) with one kernel choice on
-// poisoned outputs and compares with the FP64 reference; n_tiles == 0 runs the
-// correctness-first sm90_nvfp4_grouped_gemm instead.
-void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* what, int64_t nan_token = -1) {
-  SCOPED_TRACE(::testing::Message() << what << " T=" << p.T << " " << cfg);
+// The kernel a check runs: the decode kernel with `mma`, the correctness-first
+// kernel, the wgmma kernel with `block_n`, or run_expert_gemm's device-side
+// choice among all of them (pairs_bound: the host's bound it is given).
+struct KernelUnderTest {
+  enum Which { Mma, Simple, Wgmma, Chosen } which = Mma;
+  Sm90MmaGemmConfig mma;
+  int block_n = 0;
+  int64_t pairs_bound = 0;
+  // Expected written: false when the device-side choice must rule this kernel out.
+  bool expect_written = true;
+};
+std::ostream& operator<<(std::ostream& os, const KernelUnderTest& k) {
+  switch (k.which) {
+    case KernelUnderTest::Mma: return os << "decode " << k.mma;
+    case KernelUnderTest::Simple: return os << "simple";
+    case KernelUnderTest::Wgmma: return os << "wgmma block_n=" << k.block_n;
+    case KernelUnderTest::Chosen: return os << "run_expert_gemm pairs_bound=" << k.pairs_bound;
+  }
+  return os;
+}
+KernelUnderTest simple_kernel() { return KernelUnderTest{KernelUnderTest::Simple, {}, 0, 0}; }
+KernelUnderTest wgmma_kernel(int block_n) { return KernelUnderTest{KernelUnderTest::Wgmma, {}, block_n, 0}; }
+
+// Runs L1 (gate/up + SwiGLU) and L2 (down x w_j) with one kernel on poisoned
+// outputs and compares with the FP64 reference.
+void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* what, int64_t nan_token = -1) {
+  SCOPED_TRACE(::testing::Message() << what << " T=" << p.T << " " << kut);
+  const Sm90MmaGemmConfig& cfg = kut.mma;
   const int64_t P = p.T * p.k;
   auto d_ids = to_device(p.ids);
   DeviceBuffer<int32_t> offsets(static_cast<size_t>(p.E + 1)), pair_of_pos(static_cast<size_t>(P)), pos_of_pair(static_cast<size_t>(P)),
@@ -274,31 +300,31 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
     gh_pos[size_t(pos)] = p.gh[size_t(pair)];
   }
 
-  // Weights in the kernel's layout.
-  const bool simple = cfg.n_tiles == 0;
+  // Weights in both layouts: tile (simple, wgmma) and fragment (decode).
   const MmaGeometry g1 = mma_geometry(Projection::GateUp, p.H, p.I), g2 = mma_geometry(Projection::Down, p.H, p.I);
   const PackedGeometry q1 = packed_geometry(Projection::GateUp, p.H, p.I), q2 = packed_geometry(Projection::Down, p.H, p.I);
-  std::vector<uint8_t> c1, s1, c2, s2;
+  const bool has_fragment = sm90_nvfp4_mma_fits(p.H, p.I);
+  std::vector<uint8_t> t1, t2, c1, s1, c2, s2;
   for (int64_t e = 0; e < p.E; ++e) {
     const uint8_t* wc1 = p.w13c.data() + e * 2 * p.I * p.H / 2;
     const uint8_t* ws1 = p.w13s.data() + e * 2 * p.I * p.H / 16;
     const uint8_t* wc2 = p.w2c.data() + e * p.H * p.I / 2;
     const uint8_t* ws2 = p.w2s.data() + e * p.H * p.I / 16;
-    const size_t o1 = c1.size(), t1 = s1.size(), o2 = c2.size(), t2 = s2.size();
-    if (simple) {
-      c1.resize(o1 + size_t(q1.bytes_per_expert()));
-      c2.resize(o2 + size_t(q2.bytes_per_expert()));
-      pack_expert_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1);
-      pack_expert_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2);
-    } else {
-      c1.resize(o1 + size_t(g1.code_bytes_per_expert()));
-      s1.resize(t1 + size_t(g1.scale_bytes_per_expert()));
-      c2.resize(o2 + size_t(g2.code_bytes_per_expert()));
-      s2.resize(t2 + size_t(g2.scale_bytes_per_expert()));
-      pack_mma_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1, s1.data() + t1);
-      pack_mma_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2, s2.data() + t2);
-    }
+    const size_t u1 = t1.size(), u2 = t2.size();
+    t1.resize(u1 + size_t(q1.bytes_per_expert()));
+    t2.resize(u2 + size_t(q2.bytes_per_expert()));
+    pack_expert_weights(Projection::GateUp, wc1, ws1, p.H, p.I, t1.data() + u1);
+    pack_expert_weights(Projection::Down, wc2, ws2, p.H, p.I, t2.data() + u2);
+    if (!has_fragment) continue;
+    const size_t o1 = c1.size(), v1 = s1.size(), o2 = c2.size(), v2 = s2.size();
+    c1.resize(o1 + size_t(g1.code_bytes_per_expert()));
+    s1.resize(v1 + size_t(g1.scale_bytes_per_expert()));
+    c2.resize(o2 + size_t(g2.code_bytes_per_expert()));
+    s2.resize(v2 + size_t(g2.scale_bytes_per_expert()));
+    pack_mma_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1, s1.data() + v1);
+    pack_mma_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2, s2.data() + v2);
   }
+  auto dt1 = to_device(t1), dt2 = to_device(t2);
   auto dc1 = to_device(c1), ds1 = to_device(s1), dc2 = to_device(c2), ds2 = to_device(s2);
   auto dx = to_device(p.x), dhop = to_device(hop_pos);
   auto dgx = to_device(p.gx), dgh = to_device(gh_pos), dwts = to_device(p.wts);
@@ -309,7 +335,7 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
 
   GroupedGemmPlan l1;
   l1.projection = Projection::GateUp;
-  l1.weights = dc1.get();
+  l1.weights = dt1.get();
   l1.geometry = q1;
   l1.n_valid = p.I;
   l1.w_global = dw13g.get();
@@ -321,13 +347,15 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
   l1.tiles = tiles.get();
   l1.num_tiles = num_tiles.get();
   l1.max_tiles = max_tiles;
+  l1.offsets = offsets.get();
+  l1.local_experts = p.E;
   l1.h_out = h.get();
   l1.ld_h = p.I;
   l1.has_limit = true;
   l1.limit = p.limit;
   GroupedGemmPlan l2 = l1;
   l2.projection = Projection::Down;
-  l2.weights = dc2.get();
+  l2.weights = dt2.get();
   l2.geometry = q2;
   l2.n_valid = p.H;
   l2.w_global = dw2g.get();
@@ -337,12 +365,31 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
   l2.h_out = nullptr;
   l2.y_pair = y.get();
   l2.topk_weights = dwts.get();
-  if (simple) {
-    sm90_nvfp4_grouped_gemm(l1, nullptr);
-    sm90_nvfp4_grouped_gemm(l2, nullptr);
-  } else {
-    sm90_nvfp4_mma_gemm(l1, MmaWeights{dc1.get(), ds1.get(), g1}, cfg, nullptr);
-    sm90_nvfp4_mma_gemm(l2, MmaWeights{dc2.get(), ds2.get(), g2}, cfg, nullptr);
+  const MmaWeights m1{dc1.get(), ds1.get(), g1}, m2{dc2.get(), ds2.get(), g2};
+  prepare_expert_gemm(p.E);
+  if (!kut.expect_written) {  // a device-side choice that rules this kernel out, whatever the count
+    for (GroupedGemmPlan* pl : {&l1, &l2}) {
+      pl->live_pairs = offsets.get() + p.E;
+      pl->pairs_above = std::numeric_limits<int32_t>::max() - 1;
+    }
+  }
+  switch (kut.which) {
+    case KernelUnderTest::Simple:
+      sm90_nvfp4_grouped_gemm(l1, nullptr);
+      sm90_nvfp4_grouped_gemm(l2, nullptr);
+      break;
+    case KernelUnderTest::Mma:
+      sm90_nvfp4_mma_gemm(l1, m1, cfg, nullptr);
+      sm90_nvfp4_mma_gemm(l2, m2, cfg, nullptr);
+      break;
+    case KernelUnderTest::Wgmma:
+      sm90_nvfp4_wgmma_gemm(l1, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
+      sm90_nvfp4_wgmma_gemm(l2, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
+      break;
+    case KernelUnderTest::Chosen:
+      run_expert_gemm(l1, has_fragment ? &m1 : nullptr, kut.pairs_bound, nullptr);
+      run_expert_gemm(l2, has_fragment ? &m2 : nullptr, kut.pairs_bound, nullptr);
+      break;
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -354,6 +401,13 @@ void run_and_check(const Problem& p, const Sm90MmaGemmConfig& cfg, const char* w
   for (int64_t pair = 0; pair < P; ++pair)
     if (const int32_t pos = h_pos_of_pair[size_t(pair)]; pos >= 0)
       std::memcpy(&h_pair[size_t(pair * p.I)], &hh[size_t(pos * p.I)], size_t(p.I) * 4);
+  if (!kut.expect_written) {
+    int64_t written = 0;
+    for (float v : hh) written += !std::isnan(v);
+    for (float v : yy) written += !std::isnan(v);
+    EXPECT_EQ(written, 0) << "a kernel the device-side choice ruled out wrote outputs";
+    return;
+  }
   int64_t bad = 0;
   EXPECT_LT(compare(h_pair, p.h_ref, bad), 1e-5) << "L1 (gate/up + SwiGLU) relative L2 error";
   EXPECT_LT(compare(yy, p.y_ref, bad), 1e-5) << "L2 (down x w_j) relative L2 error";
@@ -384,13 +438,56 @@ TEST_P(Sm90MmaGemm, MatchesFp64ReferenceInEveryConfiguration) {
   const Problem p = make_problem(rng, GetParam());
   const Sm90MmaGemmConfig configs[] = {{1, 1, 0}, {2, 1, 0}, {4, 1, 0}, {1, 2, 0}, {2, 2, 0},
                                        {4, 2, 0}, {1, 1, 7}, {2, 2, 3}, {4, 1, 1}};
-  for (const auto& c : configs) run_and_check(p, c, "mma");
-  run_and_check(p, Sm90MmaGemmConfig{0, 0, 0}, "correctness-first kernel");
+  for (const auto& c : configs) run_and_check(p, KernelUnderTest{KernelUnderTest::Mma, c}, "mma");
+  run_and_check(p, simple_kernel(), "correctness-first kernel");
+  // The device-side choice: every kernel stays silent when its range excludes the count.
+  for (KernelUnderTest k : {KernelUnderTest{KernelUnderTest::Mma, configs[4]}, simple_kernel(), wgmma_kernel(64)}) {
+    k.expect_written = false;
+    run_and_check(p, k, "ruled out");
+  }
 }
 
 // T=1: one token; 5: under an n8 tile; 40: token groups not a multiple of 8;
 // 100: an expert with more than one 64-position work tile.
 INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemm, ::testing::Values(1, 5, 40, 100));
+
+// The wgmma prefill kernel at both tile widths, and run_expert_gemm's
+// device-side choice among all kernels, against the same FP64 reference.
+struct WgmmaCase {
+  int64_t T, H, I;
+};
+std::ostream& operator<<(std::ostream& os, const WgmmaCase& c) { return os << "T" << c.T << "_H" << c.H << "_I" << c.I; }
+
+class Sm90WgmmaGemm : public ::testing::TestWithParam<WgmmaCase> {};
+
+TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const WgmmaCase c = GetParam();
+  const Problem p = make_problem(rng, c.T, c.H, c.I);
+  run_and_check(p, wgmma_kernel(64), "wgmma");
+  run_and_check(p, wgmma_kernel(128), "wgmma");
+  // The host bound exact (T*k) and loose (10x: every candidate queued, the device picks).
+  for (int64_t bound : {c.T * p.k, 10 * c.T * p.k}) {
+    KernelUnderTest k{KernelUnderTest::Chosen};
+    k.pairs_bound = bound;
+    run_and_check(p, k, "chosen");
+  }
+}
+
+// T=1: one token; 40: under one tile; 300: experts with several 64-position
+// blocks and a partial 128 one. H=576, I=320: odd chunk counts (a warpgroup
+// with no chunk) and padded rows; no fragment copy, so wgmma from zero pairs.
+INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
+                         ::testing::Values(WgmmaCase{1, 1024, 1024}, WgmmaCase{40, 1024, 1024},
+                                           WgmmaCase{300, 1024, 1024}, WgmmaCase{150, 576, 320}),
+                         [](const auto& info) {
+                           std::ostringstream os;
+                           os << info.param;
+                           return os.str();
+                         });
 
 // The bulk-copy kernel needs K >= 3072 (a ring of 6 stages per warp).
 class Sm90MmaGemmBulk : public ::testing::TestWithParam<int64_t> {};
@@ -404,7 +501,7 @@ TEST_P(Sm90MmaGemmBulk, MatchesFp64ReferenceInEveryConfiguration) {
   Sm90MmaGemmConfig configs[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}, {4, 2, 0}, {1, 1, 5}, {2, 2, 3}};
   for (auto& c : configs) {
     c.bulk = true;
-    run_and_check(p, c, "mma bulk");
+    run_and_check(p, KernelUnderTest{KernelUnderTest::Mma, c}, "mma bulk");
   }
 }
 
@@ -423,18 +520,66 @@ TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
     if (pair / p.k == 3 && p.ids[size_t(pair)] >= 0)
       for (int64_t i = 0; i < p.I; ++i) p.h_ref[size_t(pair * p.I + i)] = std::nan("");  // excluded from the error
   // run_and_check requires every other token finite and accurate; token 3's h must be NaN.
-  run_and_check(p, Sm90MmaGemmConfig{2, 1, 0}, "nan", 3);
+  run_and_check(p, KernelUnderTest{KernelUnderTest::Mma, Sm90MmaGemmConfig{2, 1, 0}}, "nan", 3);
+  run_and_check(p, wgmma_kernel(64), "nan", 3);
 }
 
-// The kernel choice and configuration (host only): the thresholds measured on
-// the H200 (bench/NOTES.md "Hopper speed").
-TEST(Sm90MmaGemmHeuristic, DecodeUpToSixteenTokensPerExpert) {
-  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(6, 48));          // T=1, EP8
-  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(3072, 384));      // T=512, EP1: 8 per expert
-  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(16 * 48, 48));    // the boundary
-  EXPECT_FALSE(sm90_nvfp4_mma_gemm_prefers(16 * 48 + 1, 48));
-  EXPECT_FALSE(sm90_nvfp4_mma_gemm_prefers(3072, 48));      // T=512, EP8: 64 per expert
-  EXPECT_TRUE(sm90_nvfp4_mma_gemm_prefers(0, 0));           // no experts: no division by zero
+// The kernel choice (host only): the thresholds measured on the H200
+// (bench/NOTES.md "Hopper speed"), disjoint ranges covering [0, bound].
+void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
+  ASSERT_GE(c.count, 1);
+  EXPECT_EQ(c.candidates[0].above, -1);
+  for (int i = 1; i < c.count; ++i) EXPECT_EQ(c.candidates[i].above, c.candidates[i - 1].at_most) << "candidate " << i;
+  EXPECT_EQ(c.candidates[c.count - 1].at_most, bound);
+}
+
+TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
+  using K = ExpertGemmCandidate;
+  ExpertGemmChoice c = choose_expert_gemm(48, 6, true, nullptr);  // T=1, EP8: decode only, no device choice
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Decode);
+  expect_partition(c, 6);
+  c = choose_expert_gemm(48, 16 * 48, true, nullptr);  // the boundary: still decode only
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Decode);
+  c = choose_expert_gemm(48, 1680, true, nullptr);  // 280 tokens with -1 slots: the device decides
+  ASSERT_EQ(c.count, 2);
+  EXPECT_EQ(c.candidates[0].kind, K::Decode);
+  EXPECT_EQ(c.candidates[0].at_most, 16 * 48);
+  EXPECT_EQ(c.candidates[1].kind, K::Wgmma64);
+  expect_partition(c, 1680);
+  c = choose_expert_gemm(48, 8192 * 6, true, nullptr);  // prefill: all three queued
+  ASSERT_EQ(c.count, 3);
+  EXPECT_EQ(c.candidates[1].at_most, 96 * 48);
+  EXPECT_EQ(c.candidates[2].kind, K::Wgmma128);
+  expect_partition(c, 8192 * 6);
+  c = choose_expert_gemm(48, 8192 * 6, false, nullptr);  // no fragment copy: wgmma from zero pairs
+  ASSERT_EQ(c.count, 2);
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  expect_partition(c, 8192 * 6);
+  c = choose_expert_gemm(384, 0, true, nullptr);  // nothing can be live
+  ASSERT_EQ(c.count, 1);
+  expect_partition(c, 0);
+}
+
+TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
+  using K = ExpertGemmCandidate;
+  ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, "simple");
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Simple);
+  c = choose_expert_gemm(48, 4096, true, "decode");
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Decode);
+  c = choose_expert_gemm(48, 4096, false, "decode");  // no weights for it: wgmma
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  c = choose_expert_gemm(48, 6, true, "wgmma");
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, "fast"), "NVFP4MOE_GEMM=fast");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, nullptr), "got 0");
+}
+
+TEST(Sm90MmaGemmHeuristic, ConfigFromTokensPerExpert) {
   const Sm90MmaGemmConfig one = sm90_nvfp4_mma_gemm_config(6, 48);
   EXPECT_EQ(one.n_tiles, 1);
   EXPECT_EQ(one.m_tiles, 1);

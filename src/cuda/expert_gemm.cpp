@@ -1,0 +1,80 @@
+// run_expert_gemm (see the header).
+#include "cuda/expert_gemm.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int64_t kDecodeMaxPerExpert = 16;
+constexpr int64_t kWgmma64MaxPerExpert = 96;
+
+}  // namespace
+
+ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has_decode, const char* forced) {
+  NVFP4_CHECK(local > 0, "choose_expert_gemm: local_experts must be positive, got ", local);
+  using C = ExpertGemmCandidate;
+  const int64_t all = std::max<int64_t>(0, pairs_bound);
+  ExpertGemmChoice out;
+  auto one = [&](C::Kind k) {
+    out.candidates[0] = C{k, -1, all};
+    out.count = 1;
+    return out;
+  };
+  if (forced && *forced) {
+    if (std::strcmp(forced, "simple") == 0) return one(C::Simple);
+    if (std::strcmp(forced, "decode") == 0 && has_decode) return one(C::Decode);
+    NVFP4_CHECK(std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "decode") == 0, "NVFP4MOE_GEMM=", forced,
+                ": expected simple, decode or wgmma");
+    has_decode = false;  // wgmma only (also decode without its weights)
+  }
+  const int64_t decode_max = has_decode ? kDecodeMaxPerExpert * local : -1;
+  const int64_t w64_max = kWgmma64MaxPerExpert * local;
+  const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Wgmma64, decode_max, w64_max}, {C::Wgmma128, w64_max, all}};
+  for (const C& c : ranges) {
+    const int64_t hi = std::min(c.at_most, all);
+    if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
+  }
+  return out;
+}
+
+void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_wgmma_gemm_prepare(local_experts); }
+
+void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* decode_weights, int64_t pairs_bound,
+                     cudaStream_t stream) {
+  NVFP4_CHECK(plan.offsets && plan.local_experts > 0, "run_expert_gemm: plan.offsets and local_experts are required");
+  if (pairs_bound <= 0) return;
+  const int64_t local = plan.local_experts;
+  const ExpertGemmChoice choice = choose_expert_gemm(local, pairs_bound, decode_weights != nullptr, std::getenv("NVFP4MOE_GEMM"));
+  for (int i = 0; i < choice.count; ++i) {
+    const ExpertGemmCandidate& c = choice.candidates[i];
+    GroupedGemmPlan p = plan;
+    if (choice.count > 1) {  // only the device knows which one is right
+      p.live_pairs = plan.offsets + local;
+      p.pairs_above = int32_t(c.above);
+      p.pairs_at_most = int32_t(c.at_most);
+    }
+    switch (c.kind) {
+      case ExpertGemmCandidate::Simple:
+        sm90_nvfp4_grouped_gemm(p, stream);
+        break;
+      case ExpertGemmCandidate::Decode:
+        sm90_nvfp4_mma_gemm(p, *decode_weights, sm90_nvfp4_mma_gemm_config(c.at_most, local), stream);
+        break;
+      case ExpertGemmCandidate::Wgmma64:
+        sm90_nvfp4_wgmma_gemm(p, Sm90WgmmaGemmConfig{64, 0}, stream);
+        break;
+      case ExpertGemmCandidate::Wgmma128:
+        sm90_nvfp4_wgmma_gemm(p, Sm90WgmmaGemmConfig{128, 0}, stream);
+        break;
+    }
+  }
+}
+
+}  // namespace nvfp4moe::cuda
