@@ -103,16 +103,15 @@ class CudaMoeBackend final : public MoeBackendImpl {
     geo1_ = packed_geometry(Projection::GateUp, H_, I_);
     geo2_ = packed_geometry(Projection::Down, H_, I_);
 
-    // Routed experts.
-    w13_ = upload_packed(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
-    w2_ = upload_packed(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
-    // The decode GEMM's copy of the weights (fragment layout) when the shape
-    // fits; run_expert_gemm uses it for few tokens per local expert.
-    // NVFP4MOE_DECODE_GEMM=0 keeps only the tile layout (half the weight memory).
-    const char* decode_env = std::getenv("NVFP4MOE_DECODE_GEMM");
-    if (sm90_nvfp4_mma_fits(H_, I_) && !(decode_env && decode_env[0] == '0')) {
+    // Routed experts: ONE copy, in the fragment layout (decode and wgmma
+    // kernels) wherever the shape has it, else in the tile layout (the
+    // correctness-first kernel); run_expert_gemm picks the kernel.
+    if (mma_layout_fits(H_, I_)) {
       mma1_ = upload_mma_weights(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
       mma2_ = upload_mma_weights(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
+    } else {
+      w13_ = upload_packed(Projection::GateUp, ex.w13_codes, ex.w13_scales, local_, H_, I_);
+      w2_ = upload_packed(Projection::Down, ex.w2_codes, ex.w2_scales, local_, H_, I_);
     }
     prepare_expert_gemm(local_);
     w13_g_ = upload(ex.w13_global);
@@ -492,8 +491,8 @@ class CudaMoeBackend final : public MoeBackendImpl {
   int64_t kp1_ = 0, kp2_ = 0, max_tiles_ = 0;
   float static_l1_g_ = 1.0f;
 
-  DeviceBuffer<uint8_t> w13_, w2_;
-  MmaWeightsDevice mma1_, mma2_;  // decode GEMM layout, empty when unused
+  DeviceBuffer<uint8_t> w13_, w2_;  // tile layout, only where the fragment layout does not fit
+  MmaWeightsDevice mma1_, mma2_;    // fragment layout, empty when it does not fit
   DeviceBuffer<float> w13_g_, w2_g_, w2_in_;
   DeviceBuffer<float> gate_t_, bias_;
   DeviceBuffer<int32_t> tid2eid_;

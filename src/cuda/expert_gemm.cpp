@@ -17,24 +17,27 @@ constexpr int64_t kWgmma64MaxPerExpert = 96;
 
 }  // namespace
 
-ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has_decode, const char* forced) {
+ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has_fragment, bool decode_supported,
+                                    const char* forced) {
   NVFP4_CHECK(local > 0, "choose_expert_gemm: local_experts must be positive, got ", local);
   using C = ExpertGemmCandidate;
   const int64_t all = std::max<int64_t>(0, pairs_bound);
   ExpertGemmChoice out;
-  auto one = [&](C::Kind k) {
-    out.candidates[0] = C{k, -1, all};
-    out.count = 1;
-    return out;
-  };
+  bool decode = has_fragment && decode_supported;
   if (forced && *forced) {
-    if (std::strcmp(forced, "simple") == 0) return one(C::Simple);
-    if (std::strcmp(forced, "decode") == 0 && has_decode) return one(C::Decode);
     NVFP4_CHECK(std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "decode") == 0, "NVFP4MOE_GEMM=", forced,
-                ": expected simple, decode or wgmma");
-    has_decode = false;  // wgmma only (also decode without its weights)
+                ": expected decode or wgmma");
+    if (std::strcmp(forced, "wgmma") == 0) decode = false;
   }
-  const int64_t decode_max = has_decode ? kDecodeMaxPerExpert * local : -1;
+  if (!has_fragment) {
+    out.candidates[out.count++] = C{C::Simple, -1, all};
+    return out;
+  }
+  if (forced && std::strcmp(forced, "decode") == 0 && decode) {
+    out.candidates[out.count++] = C{C::Decode, -1, all};
+    return out;
+  }
+  const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
   const int64_t w64_max = kWgmma64MaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Wgmma64, decode_max, w64_max}, {C::Wgmma128, w64_max, all}};
   for (const C& c : ranges) {
@@ -46,12 +49,14 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
 
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_wgmma_gemm_prepare(local_experts); }
 
-void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* decode_weights, int64_t pairs_bound,
+void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, int64_t pairs_bound,
                      cudaStream_t stream) {
   NVFP4_CHECK(plan.offsets && plan.local_experts > 0, "run_expert_gemm: plan.offsets and local_experts are required");
   if (pairs_bound <= 0) return;
   const int64_t local = plan.local_experts;
-  const ExpertGemmChoice choice = choose_expert_gemm(local, pairs_bound, decode_weights != nullptr, std::getenv("NVFP4MOE_GEMM"));
+  const ExpertGemmChoice choice =
+      choose_expert_gemm(local, pairs_bound, fragment != nullptr,
+                         fragment && sm90_nvfp4_mma_gemm_supports(fragment->geometry), std::getenv("NVFP4MOE_GEMM"));
   for (int i = 0; i < choice.count; ++i) {
     const ExpertGemmCandidate& c = choice.candidates[i];
     GroupedGemmPlan p = plan;
@@ -65,13 +70,13 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* decode_weigh
         sm90_nvfp4_grouped_gemm(p, stream);
         break;
       case ExpertGemmCandidate::Decode:
-        sm90_nvfp4_mma_gemm(p, *decode_weights, sm90_nvfp4_mma_gemm_config(c.at_most, local), stream);
+        sm90_nvfp4_mma_gemm(p, *fragment, sm90_nvfp4_mma_gemm_config(c.at_most, local), stream);
         break;
       case ExpertGemmCandidate::Wgmma64:
-        sm90_nvfp4_wgmma_gemm(p, Sm90WgmmaGemmConfig{64, 0}, stream);
+        sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{64, 0}, stream);
         break;
       case ExpertGemmCandidate::Wgmma128:
-        sm90_nvfp4_wgmma_gemm(p, Sm90WgmmaGemmConfig{128, 0}, stream);
+        sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{128, 0}, stream);
         break;
     }
   }

@@ -8,6 +8,7 @@
 
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "cuda/ptx/sm90_ld_cvt.cuh"
+#include "cuda/sm90_nvfp4_fragment_dequant.cuh"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/swiglu.cuh"
 
@@ -22,21 +23,6 @@ namespace mma_gemm {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-
-// Component r (compile-time after unrolling) of a 16-byte register group.
-__device__ __forceinline__ uint32_t part(const uint4& v, int r) {
-  return r == 0 ? v.x : r == 1 ? v.y : r == 2 ? v.z : v.w;
-}
-
-// A lane's scale pair (rows g, g + 8; low byte row g) -> BF16x2 multipliers
-// s * 2^118 in both halves. cvt e4m3x2 -> f16x2 is exact, so is the rest.
-__device__ __forceinline__ void scale_multipliers(uint32_t pair, uint32_t& row_g, uint32_t& row_g8) {
-  const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(uint16_t(pair & 0xffffu));
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-  const float a = f.x * kFragScaleBoost, b = f.y * kFragScaleBoost;
-  row_g = ptx::cvt_bf16x2_from_f32(a, a);
-  row_g8 = ptx::cvt_bf16x2_from_f32(b, b);
-}
 
 // Operand row of a position (GateUp: the token; Down: the position).
 template <Projection P>
@@ -131,20 +117,14 @@ __device__ __forceinline__ void load_acts(const __nv_bfloat16* const (&act)[kNTi
 template <int kNTiles>
 __device__ __forceinline__ void mma_chunk(const uint4& frag, uint32_t scale_pair, const uint4 (&b)[kNTiles][2], int live,
                                           float (&acc0)[kNTiles][4], float (&acc1)[kNTiles][4]) {
-  uint32_t s_g, s_g8;
-  scale_multipliers(scale_pair, s_g, s_g8);
+  uint32_t a[4][4];
+  dequant_fragment_chunk(frag, scale_pair, a);
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    uint32_t a[4];
-    unpack_fragment_word(part(frag, s), a);
-    a[0] = ptx::mul_bf16x2(a[0], s_g);
-    a[1] = ptx::mul_bf16x2(a[1], s_g8);
-    a[2] = ptx::mul_bf16x2(a[2], s_g);
-    a[3] = ptx::mul_bf16x2(a[3], s_g8);
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
       if (8 * n < live)
-        ptx::mma_m16n8k16_bf16((s & 1) ? acc1[n] : acc0[n], a, part(b[n][s / 2], 2 * (s % 2)),
+        ptx::mma_m16n8k16_bf16((s & 1) ? acc1[n] : acc0[n], a[s], part(b[n][s / 2], 2 * (s % 2)),
                                part(b[n][s / 2], 2 * (s % 2) + 1));
   }
 }

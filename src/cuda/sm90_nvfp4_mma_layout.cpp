@@ -45,6 +45,11 @@ void for_each_element(Projection p, int64_t hidden, int64_t inter, CodeFn&& fn, 
 
 }  // namespace
 
+bool mma_layout_fits(int64_t hidden, int64_t inter) {
+  const int64_t k = kMmaChunkK * kMmaScaleChunks;
+  return hidden > 0 && inter > 0 && inter % 8 == 0 && hidden % k == 0 && inter % k == 0;
+}
+
 MmaGeometry mma_geometry(Projection p, int64_t hidden, int64_t inter) {
   NVFP4_CHECK(hidden > 0 && inter > 0 && inter % 8 == 0 && hidden % 16 == 0,
               "mma layout: H must be a positive multiple of 16 and I of 8, got H=", hidden, " I=", inter);

@@ -76,6 +76,10 @@ struct MmaGeometry {
   int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * 32 * 16; }
   int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * 32 * 4; }
 };
+// Whether a layer of this H, I has the fragment layout (both projections):
+// I % 8 == 0 and H, I multiples of 128.
+bool mma_layout_fits(int64_t hidden, int64_t intermediate);
+
 // GateUp: M = 2I (I/8 m-tiles), K = H. Down: M = H, K = I. Throws unless the
 // rows fill whole m-tiles and K whole scale words (I % 8, K % 128).
 MmaGeometry mma_geometry(Projection p, int64_t hidden, int64_t intermediate);

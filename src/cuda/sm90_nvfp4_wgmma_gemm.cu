@@ -6,7 +6,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm90_mbarrier_bulk.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"
-#include "cuda/sm90_nvfp4_tile_dequant.cuh"
+#include "cuda/sm90_nvfp4_fragment_dequant.cuh"
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "cuda/swiglu.cuh"
 
@@ -16,44 +16,51 @@ namespace {
 
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
-constexpr int kProducerThreads = 128;                // a whole warpgroup, so that it can give registers away
+constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
 constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
 // NOTES: 384 threads start with 168 registers each (the register file is
-// split over 4 sub-partitions); the producer warpgroup drops to 64 (no spills
-// at 64, some below) so that the
-// consumers can hold 2 x 64 accumulators, the A fragments and addresses.
-constexpr int kProducerRegisters = 64;
-constexpr int kConsumerRegisters = 216;
-constexpr int kActRowBytes = kTileK * 2;             // one K step of a token row: one 128-byte swizzle row
-constexpr int kMaxLocalExperts = 4096;               // bounds the scheduler's shared arrays
-static_assert(kActRowBytes == 128, "a K step of BF16 operand must fill one 128-byte swizzle row");
-static_assert(kTileN == 2 * 64, "a consumer warpgroup owns one tile-layout chunk: two m64 wgmma tiles");
+// split over 4 sub-partitions); the producer warpgroup drops to 80 (72 is the
+// least without spills) so that the consumers can hold 2 x 64 accumulators,
+// 32 A registers and addresses (192 spills).
+constexpr int kProducerRegisters = 80;
+constexpr int kConsumerRegisters = 200;
+constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
+constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
+constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
+constexpr int kStageK = kStageChunks * kMmaChunkK;
+constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
+constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks
+constexpr int kActAtomBytes = 128;                           // one swizzle row: 64 BF16
+constexpr int kMaxLocalExperts = 4096;                       // bounds the scheduler's shared arrays
+static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fill one 128-byte swizzle row");
 
 // Shared memory of one CTA, by named offsets from a 1024-byte aligned base.
 template <int kBlockN>
 struct Smem {
   static_assert(kBlockN == 64 || kBlockN == 128, "kBlockN: 64 or 128 token positions per tile");
-  static constexpr int kStages = kBlockN == 128 ? 6 : 8;
-  static constexpr int kActStage = kBlockN * kActRowBytes;        // swizzled [kBlockN][64] BF16
-  static constexpr int kWeightStage = kConsumerWarpgroups * kTileBytes;
+  static constexpr int kStages = kBlockN == 128 ? 4 : 6;
+  static constexpr int kActChunk = kBlockN * kActAtomBytes;         // swizzled [kBlockN][64] BF16 of one chunk
+  static constexpr int kActStage = kStageChunks * kActChunk;
+  static constexpr int kCodeStage = kMTilesPerCta * kStageChunks * kFragBytes;
+  static constexpr int kScaleStage = kMTilesPerCta * kScaleWordBytes;
   static constexpr int kAct = 0;
-  static constexpr int kWeight = kAct + kStages * kActStage;
-  static constexpr int kFull = kWeight + kStages * kWeightStage;
+  static constexpr int kCode = kAct + kStages * kActStage;
+  static constexpr int kScale = kCode + kStages * kCodeStage;
+  static constexpr int kFull = kScale + kStages * kScaleStage;
   static constexpr int kEmpty = kFull + 8 * kStages;
-  static constexpr int kTables = kEmpty + 8 * kStages;
-  static constexpr int kRows = kTables + int(sizeof(TileDequantTables));
+  static constexpr int kRows = kEmpty + 8 * kStages;
   static constexpr int kOffsets = kRows + 4 * kBlockN;
   static size_t bytes(int64_t local) { return 1024 + size_t(kOffsets) + 8 * size_t(local + 1); }
-  static_assert(kActStage % 1024 == 0, "swizzled operand stages must stay 1024-byte aligned");
-  static_assert(kWeightStage % 16 == 0 && kFull % 8 == 0, "bulk copies and barriers need their alignment");
+  static_assert(kActChunk % 1024 == 0, "swizzled operand chunks must stay 1024-byte aligned");
+  static_assert(kCodeStage % 16 == 0 && kScaleStage % 16 == 0 && kFull % 8 == 0, "copies and barriers need alignment");
 };
 
-// One tile of work: 2 chunks (256 weight rows) x up to kBlockN positions of one expert.
+// One tile of work: up to 16 m-tiles x up to kBlockN positions of one expert.
 struct Tile {
-  int32_t expert, chunk_pair, begin, rows;
+  int32_t expert, m_block, begin, rows;
 };
 
-// Tile t of the CTA-local work list: experts in order, then chunk pairs, then
+// Tile t of the CTA-local work list: experts in order, then m-blocks, then
 // token blocks (fastest), so CTAs running at once share weights through L2.
 // prefix[e] = tiles before expert e, prefix[local] = all tiles.
 template <int kBlockN>
@@ -73,6 +80,11 @@ __device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const
   const int32_t block = rem % blocks;
   return Tile{lo, rem / blocks, offsets[lo] + block * kBlockN, min(kBlockN, count - block * kBlockN)};
 }
+
+// The fragment layout gives logical column 16 t + 4 s + 2 h (+1) of a chunk
+// to mma k-slots 2 t (+1) + 8 h of k-step s: 4-byte word w = 8 t + 2 s + h of
+// the operand row goes to word 8 s + 4 h + t of the chunk's k-slot order.
+__device__ __forceinline__ int kslot_word(int w) { return 8 * ((w % 8) / 2) + 4 * (w % 2) + w / 8; }
 
 template <int kBlockN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t (&a)[4], uint64_t desc) {
@@ -97,7 +109,8 @@ struct RingPosition {
 };
 
 template <Projection P, int kBlockN>
-__global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan) {
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w) {
   using S = Smem<kBlockN>;
   constexpr int kStages = S::kStages;
   constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
@@ -108,21 +121,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t act_base = ptx::smem_addr(smem + S::kAct);
-  uint8_t* weight_base = smem + S::kWeight;
+  const uint32_t code_base = ptx::smem_addr(smem + S::kCode);
+  const uint32_t scale_base = ptx::smem_addr(smem + S::kScale);
   const uint32_t full_bar = ptx::smem_addr(smem + S::kFull);
   const uint32_t empty_bar = ptx::smem_addr(smem + S::kEmpty);
-  TileDequantTables& tables = *reinterpret_cast<TileDequantTables*>(smem + S::kTables);
   int32_t* tile_rows = reinterpret_cast<int32_t*>(smem + S::kRows);
   const int32_t local = int32_t(plan.local_experts);
   int32_t* offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
   int32_t* prefix = offsets + local + 1;
 
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int64_t n_chunks = plan.geometry.n_tiles, k_steps = plan.geometry.k_steps;
-  const int32_t chunk_pairs = int32_t((n_chunks + 1) / 2);
+  const int64_t m_tiles = w.geometry.m_tiles, k_chunks = w.geometry.k_chunks;
+  const int64_t k_stages = k_chunks / kStageChunks;
+  const int32_t m_blocks = int32_t((m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
 
-  // Tables, the group starts, the work list's prefix over experts (warp 0), barriers (thread 0).
-  fill_tile_dequant_tables(tables, tid, kThreads);
+  // The group starts, the work list's prefix over experts (warp 0), barriers (thread 0).
   for (int e = tid; e <= local; e += kThreads) offsets[e] = plan.offsets[e];
   __syncthreads();
   if (warp == 0) {
@@ -130,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
     if (lane == 0) prefix[0] = 0;
     for (int32_t base = 0; base < local; base += 32) {
       const int32_t e = base + lane;
-      int32_t v = e < local ? (offsets[e + 1] - offsets[e] + kBlockN - 1) / kBlockN * chunk_pairs : 0;
+      int32_t v = e < local ? (offsets[e + 1] - offsets[e] + kBlockN - 1) / kBlockN * m_blocks : 0;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int32_t o = __shfl_up_sync(0xffffffffu, v, d);
@@ -151,9 +164,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
   const int32_t total = prefix[local];
 
   if (warp >= kConsumerWarps) {
-    // ---- producer: weights by bulk copy, operand rows gathered by cp.async ----
+    // ---- producer: code runs by bulk copy; scale words and operand rows by cp.async ----
     ptx::setmaxnreg_dec<kProducerRegisters>();
     const int ptid = tid - 32 * kConsumerWarps;
+    // This thread's operand word: fixed column pair, rows ptid / 32 + 4 j (stride kProducerThreads / 32).
+    const int word = ptid % 32;
+    const int dst_word = kslot_word(word);
     RingPosition<kStages> ring;
     for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
       const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
@@ -161,23 +177,32 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
       for (int r = ptid; r < tile.rows; r += kProducerThreads)
         tile_rows[r] = P == Projection::GateUp ? plan.pair_of_pos[tile.begin + r] / plan.top_k : tile.begin + r;
       ptx::named_barrier_sync(1, kProducerThreads);
-      const int64_t chunk0 = int64_t(tile.expert) * n_chunks + 2 * tile.chunk_pair;
-      const int live_chunks = n_chunks - 2 * int64_t(tile.chunk_pair) >= 2 ? 2 : 1;
-      for (int64_t ks = 0; ks < k_steps; ++ks, ring.advance()) {
+      const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
+      const int live_mtiles = int(m_tiles - mt0 < kMTilesPerCta ? m_tiles - mt0 : kMTilesPerCta);
+      const int64_t et0 = int64_t(tile.expert) * m_tiles + mt0;  // expert * m_tiles + first m-tile
+      for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
         const uint32_t full = full_bar + 8 * ring.stage;
         ptx::mbarrier_wait_parity(empty_bar + 8 * ring.stage, ring.phase ^ 1);
         if (ptid == 0) {
-          ptx::mbarrier_arrive_expect_tx(full, uint32_t(live_chunks * kTileBytes));
-          for (int c = 0; c < live_chunks; ++c)
-            ptx::cp_async_bulk_g2s(ptx::smem_addr(weight_base + ring.stage * S::kWeightStage + c * kTileBytes),
-                                   plan.weights + ((chunk0 + c) * k_steps + ks) * kTileBytes, kTileBytes, full);
+          ptx::mbarrier_arrive_expect_tx(full, uint32_t(live_mtiles * kStageChunks * kFragBytes));
+          for (int m = 0; m < live_mtiles; ++m)
+            ptx::cp_async_bulk_g2s(code_base + ring.stage * S::kCodeStage + m * kStageChunks * kFragBytes,
+                                   w.codes + ((et0 + m) * k_chunks + ks * kStageChunks) * kFragBytes,
+                                   kStageChunks * kFragBytes, full);
         }
-        // Row r, 16-byte chunk q lands at chunk q ^ (r % 8) of its 128-byte row (the 128B swizzle).
+        // Scale words: 8 x 16 bytes per m-tile.
+        if (ptid < live_mtiles * (kScaleWordBytes / 16)) {
+          const int m = ptid / (kScaleWordBytes / 16), q = ptid % (kScaleWordBytes / 16);
+          ptx::cp_async_16_shared(scale_base + ring.stage * S::kScaleStage + m * kScaleWordBytes + q * 16,
+                                  w.scales + ((et0 + m) * (k_chunks / kStageChunks) + ks) * kScaleWordBytes + q * 16);
+        }
+        // Operand rows: word `word` of each chunk to its k-slot word, in the 128B swizzle (16-byte unit ^ row % 8).
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
-        for (int i = ptid; i < tile.rows * 8; i += kProducerThreads) {
-          const int r = i / 8, q = i % 8;
-          ptx::cp_async_16_shared(act_stage + r * kActRowBytes + ((q ^ (r % 8)) * 16),
-                                  plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kTileK + q * 8);
+        for (int r = ptid / 32; r < tile.rows; r += kProducerThreads / 32) {
+          const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + 2 * word;
+          const uint32_t dst = act_stage + r * kActAtomBytes + ((dst_word / 4) ^ (r % 8)) * 16 + (dst_word % 4) * 4;
+#pragma unroll
+          for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_4_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
         }
         ptx::cp_async_mbarrier_arrive_noinc(full);
       }
@@ -186,14 +211,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
     return;
   }
 
-  // ---- consumers: warpgroup wg owns chunk 2 * chunk_pair + wg of each tile ----
+  // ---- consumers: warpgroup wg owns m-tiles 8 wg .. 8 wg + 7 of each tile's block ----
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int wg = warp / 4, wwarp = warp % 4, grp = lane / 4, tig = lane % 4;
+  const int wg = warp / 4, wwarp = warp % 4, grp = lane / 4;
   RingPosition<kStages> ring;
   for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
     const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
-    const int64_t chunk = 2 * int64_t(tile.chunk_pair) + wg;
-    const bool live = chunk < n_chunks;  // warpgroup-uniform
+    const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
+    const bool live = mt_wg < m_tiles;  // warpgroup-uniform
 
     float acc[2][kAccPerTile];
 #pragma unroll
@@ -204,24 +229,39 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
         ptx::wgmma_fence_operand(acc[j][i]);
       }
 
-    for (int64_t ks = 0; ks < k_steps; ++ks, ring.advance()) {
+    for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
       ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
       if (live) {
         ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
-        const uint8_t* w = weight_base + ring.stage * S::kWeightStage + wg * kTileBytes;
-        uint32_t a[2][kTileK / 16][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int kk = 0; kk < kTileK / 16; ++kk) dequant_tile_fragment(w, 64 * j + 16 * wwarp + grp, kk, tig, tables, a[j][kk]);
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
-        ptx::wgmma_fence();
+        // NOTES: one chunk at a time, waiting for its wgmmas before the next
+        // dequantization (32 A registers live, not 64: with 2 x 64
+        // accumulators more would serialize the wgmmas); the other consumer
+        // warpgroup's wgmmas fill the tensor cores meanwhile.
+        const uint32_t code_stage = code_base + ring.stage * S::kCodeStage;
+        uint32_t scales[2];
 #pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk)
+        for (int j = 0; j < 2; ++j)  // m-tile of this warp in m64 tile j: 8 wg + 4 j + wwarp of the block
+          scales[j] = ptx::ld_shared_u32(scale_base + ring.stage * S::kScaleStage +
+                                         (wg * kMTilesPerWarpgroup + 4 * j + wwarp) * kScaleWordBytes + lane * 4);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) wgmma_rs<kBlockN>(acc[j], a[j][kk], ptx::smem_desc_k_major_sw128(act_stage + kk * 32));
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait_group<0>();
+        for (int c = 0; c < kStageChunks; ++c) {
+          uint32_t a[2][4][4];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;
+            const uint4 frag = ptx::ld_shared_v4(code_stage + (m * kStageChunks + c) * kFragBytes + lane * 16);
+            dequant_fragment_chunk(frag, scales[j] >> (16 * c), a[j]);
+          }
+          ptx::wgmma_fence();
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+              wgmma_rs<kBlockN>(acc[j], a[j][s], ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
+          ptx::wgmma_commit_group();
+          ptx::wgmma_wait_group<0>();
+        }
       }
       __syncwarp();
       if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ring.stage);
@@ -232,7 +272,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
       for (int i = 0; i < kAccPerTile; ++i) ptx::wgmma_fence_operand(acc[j][i]);
     if (!live) continue;
 
-    // ---- epilogue: accumulator (j, 8 n + 2 tig + c) rows 64 j + 16 wwarp + grp (+ 8) ----
+    // ---- epilogue: accumulator (j, 8 n + 2 tig + c): m-tile mt_wg + 4 j + wwarp, rows grp and grp + 8 ----
+    const int tig = lane % 4;
     if constexpr (P == Projection::GateUp) {
       const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
 #pragma unroll
@@ -245,11 +286,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
           const float g = plan.act_g[plan.pair_of_pos[pos] / plan.top_k];
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const int64_t i = chunk * (kTileN / 2) + (4 * j + wwarp) * 8 + grp;
-            if (i >= plan.n_valid) continue;
-            const float gate = acc[j][4 * n + c] * (g * gw_gate);
-            const float up = acc[j][4 * n + 2 + c] * (g * gw_up);
-            plan.h_out[int64_t(pos) * plan.ld_h + i] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
+            const int64_t mt = mt_wg + 4 * j + wwarp;
+            if (mt >= m_tiles) continue;
+            const float gate = acc[j][4 * n + c] * (g * gw_gate * kFragEpilogue);
+            const float up = acc[j][4 * n + 2 + c] * (g * gw_up * kFragEpilogue);
+            plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + grp] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
           }
         }
     } else {
@@ -262,29 +303,28 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nvfp4_wgmma_gemm_kernel(cons
           if (col >= tile.rows) continue;
           const int32_t pos = tile.begin + col;
           const int32_t pair = plan.pair_of_pos[pos];
-          const float alpha = plan.act_g[pos] * gw, wj = plan.topk_weights[pair];
+          const float alpha = plan.act_g[pos] * gw * kFragEpilogue, wj = plan.topk_weights[pair];
           float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid;
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int64_t row = chunk * kTileN + 64 * j + 16 * wwarp + 8 * half + grp;
-              if (row < plan.n_valid) yrow[row] = acc[j][4 * n + 2 * half + c] * alpha * wj;
-            }
+          for (int j = 0; j < 2; ++j) {
+            const int64_t mt = mt_wg + 4 * j + wwarp;
+            if (mt >= m_tiles) continue;
+            yrow[mt * kMmaTileRows + grp] = acc[j][4 * n + c] * alpha * wj;
+            yrow[mt * kMmaTileRows + 8 + grp] = acc[j][4 * n + 2 + c] * alpha * wj;
+          }
         }
     }
   }
 }
 
 template <Projection P, int kBlockN>
-void launch(const GroupedGemmPlan& p, int grid_hint, cudaStream_t stream) {
-  auto kernel = sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>;
+void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, cudaStream_t stream) {
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
   int device = 0, sms = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int grid = grid_hint > 0 ? grid_hint : sms;  // persistent: surplus CTAs find no tile
-  kernel<<<unsigned(grid), kThreads, smem, stream>>>(p);
+  sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN><<<unsigned(grid), kThreads, smem, stream>>>(p, w);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
@@ -298,9 +338,9 @@ void prepare(int64_t local) {
 }
 
 template <Projection P>
-void dispatch(const GroupedGemmPlan& p, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.block_n == 64) return launch<P, 64>(p, cfg.grid, stream);
-  if (cfg.block_n == 128) return launch<P, 128>(p, cfg.grid, stream);
+void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
+  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg.grid, stream);
+  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg.grid, stream);
   NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 64, 128)");
 }
 
@@ -321,26 +361,33 @@ void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
   prepare<128>(local_experts);
 }
 
-void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  NVFP4_CHECK(p.geometry.n_tiles > 0 && p.geometry.k_steps > 0, "sm90_nvfp4_wgmma_gemm: empty geometry n_tiles=",
-              p.geometry.n_tiles, " k_steps=", p.geometry.k_steps);
-  NVFP4_CHECK(p.ld_act >= p.geometry.k_steps * kTileK && p.ld_act % 8 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
-              p.ld_act, " must be a multiple of 8 and >= K padded ", p.geometry.k_steps * kTileK);
+void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg,
+                           cudaStream_t stream) {
+  const MmaGeometry& g = w.geometry;
+  NVFP4_CHECK(w.codes && w.scales, "sm90_nvfp4_wgmma_gemm: weights (codes, scales) are null");
+  NVFP4_CHECK(g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % kStageChunks == 0,
+              "sm90_nvfp4_wgmma_gemm: K must be a positive multiple of ", kStageK, ", got K=", g.k_chunks * kMmaChunkK);
+  const int64_t rows = p.projection == Projection::GateUp ? g.m_tiles * 8 : g.m_tiles * kMmaTileRows;
+  NVFP4_CHECK(rows == p.n_valid, "sm90_nvfp4_wgmma_gemm: weights hold ", rows, " output rows, plan wants n_valid=",
+              p.n_valid);
+  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 2 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
+              p.ld_act, " must be even and >= K=", g.k_chunks * kMmaChunkK);
   NVFP4_CHECK(p.offsets && p.local_experts >= 1 && p.local_experts <= kMaxLocalExperts,
               "sm90_nvfp4_wgmma_gemm: needs plan.offsets and 1 <= local_experts <= ", kMaxLocalExperts, ", got ",
               p.local_experts, p.offsets ? "" : " (offsets null)");
-  NVFP4_CHECK(p.weights && p.act && p.act_g && p.pair_of_pos && p.w_global,
-              "sm90_nvfp4_wgmma_gemm: plan is missing an operand (weights, act, act_g, pair_of_pos, w_global)");
-  NVFP4_CHECK((reinterpret_cast<uintptr_t>(p.act) % 16) == 0 && (reinterpret_cast<uintptr_t>(p.weights) % 16) == 0,
-              "sm90_nvfp4_wgmma_gemm: act and weights must be 16-byte aligned");
+  NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
+              "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
+  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 4 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(w.scales) % 16 == 0,
+              "sm90_nvfp4_wgmma_gemm: act must be 4-byte, codes and scales 16-byte aligned");
   if (p.projection == Projection::GateUp) {
     NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_wgmma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
                 " < I=", p.n_valid);
     NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_wgmma_gemm (gate/up): top_k must be positive, got ", p.top_k);
-    dispatch<Projection::GateUp>(p, cfg, stream);
+    dispatch<Projection::GateUp>(p, w, cfg, stream);
   } else {
     NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_wgmma_gemm (down): y_pair and topk_weights are required");
-    dispatch<Projection::Down>(p, cfg, stream);
+    dispatch<Projection::Down>(p, w, cfg, stream);
   }
 }
 

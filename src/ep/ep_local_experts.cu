@@ -4,6 +4,7 @@
 
 #include "cuda/combine.hpp"
 #include "cuda/expert_gemm.hpp"
+#include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/shared_expert.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
@@ -189,11 +190,14 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
                 " values for ", w.count, " experts");
     w2_static_g_ = upload<float>(w.w2_input_scale);
   }
-  // The grouped GEMM's weights: each expert packed once, here, by the
-  // backend's one layout transform.
+  // The grouped GEMMs' weights, one copy: the fragment layout where the shape
+  // has it (the wgmma kernel), else the tile layout (the simple kernel).
   const cuda::PackedGeometry g13 = cuda::packed_geometry(cuda::Projection::GateUp, hidden_, inter_);
   const cuda::PackedGeometry g2 = cuda::packed_geometry(cuda::Projection::Down, hidden_, inter_);
-  {
+  if (cuda::mma_layout_fits(hidden_, inter_)) {
+    w13_frag_ = cuda::upload_mma_weights(cuda::Projection::GateUp, w.w13_codes, w.w13_scales, count_, hidden_, inter_);
+    w2_frag_ = cuda::upload_mma_weights(cuda::Projection::Down, w.w2_codes, w.w2_scales, count_, hidden_, inter_);
+  } else {
     std::vector<uint8_t> t13(size_t(g13.bytes_per_expert()) * count_), t2(size_t(g2.bytes_per_expert()) * count_);
     for (int64_t e = 0; e < count_; ++e) {
       cuda::pack_expert_weights(cuda::Projection::GateUp, w.w13_codes.data() + e * 2 * inter_ * hidden_ / 2,
@@ -287,8 +291,8 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.ld_h = inter_;
   l1.has_limit = limit_.has_value();
   l1.limit = limit_.value_or(0.0f);
-  // No fragment-layout copy here: the decode kernel is not a candidate (one copy of the weights per rank).
-  cuda::run_expert_gemm(l1, nullptr, capacity_, stream);
+  const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
+  cuda::run_expert_gemm(l1, f13.codes ? &f13 : nullptr, capacity_, stream);
 
   requantize_h(a, ld_h_deq_, stream);
 
@@ -310,7 +314,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l2.local_experts = count_;
   l2.y_pair = a.out;
   l2.topk_weights = a.weight;
-  cuda::run_expert_gemm(l2, nullptr, capacity_, stream);
+  cuda::run_expert_gemm(l2, f2.codes ? &f2 : nullptr, capacity_, stream);
 }
 
 EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cfg, int32_t max_tokens)

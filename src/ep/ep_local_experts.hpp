@@ -8,8 +8,8 @@
 // Output: w_j * o_e per row as FP32 [capacity, H], which the combine pushes
 // to the token's rank.
 //
-// run(): the CUDA backend's grouped GEMMs (run_expert_gemm: the wgmma kernel,
-// chosen on the device) behind their plan — the receive rows are its "tokens"
+// run(): the CUDA backend's grouped GEMMs (run_expert_gemm: decode or wgmma
+// kernel, chosen on the device) behind their plan — the receive rows are its "tokens"
 // (top_k 1, identity pair map), scheduled from this rank's expert offsets; the L2 input is
 // requantized with the backend's requantize_rows (spec 2 bytes, dynamic per
 // row or static per expert).
@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::ep {
@@ -60,7 +61,8 @@ class EpLocalExperts {
   cuda::DeviceBuffer<uint8_t> w13_codes_, w13_scales_, w2_codes_, w2_scales_;
   cuda::DeviceBuffer<float> w13_global_, w2_global_, w2_static_g_;
   // the grouped GEMM's tile layout and operands
-  cuda::DeviceBuffer<uint8_t> w13_tiles_, w2_tiles_;
+  cuda::DeviceBuffer<uint8_t> w13_tiles_, w2_tiles_;  // tile layout, only where the fragment layout does not fit
+  cuda::MmaWeightsDevice w13_frag_, w2_frag_;          // fragment layout (decode and wgmma kernels)
   int64_t ld_act_ = 0, ld_h_deq_ = 0, max_tiles_ = 0;
   cuda::DeviceBuffer<__nv_bfloat16> act_;       // [capacity, ld_act] value(q)*s of the received tokens
   cuda::DeviceBuffer<int32_t> identity_;        // [capacity] row -> row (the plan's pair map)

@@ -301,9 +301,10 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   }
 
   // Weights in both layouts: tile (simple, wgmma) and fragment (decode).
-  const MmaGeometry g1 = mma_geometry(Projection::GateUp, p.H, p.I), g2 = mma_geometry(Projection::Down, p.H, p.I);
+  const bool has_fragment = mma_layout_fits(p.H, p.I);
+  const MmaGeometry g1 = has_fragment ? mma_geometry(Projection::GateUp, p.H, p.I) : MmaGeometry{};
+  const MmaGeometry g2 = has_fragment ? mma_geometry(Projection::Down, p.H, p.I) : MmaGeometry{};
   const PackedGeometry q1 = packed_geometry(Projection::GateUp, p.H, p.I), q2 = packed_geometry(Projection::Down, p.H, p.I);
-  const bool has_fragment = sm90_nvfp4_mma_fits(p.H, p.I);
   std::vector<uint8_t> t1, t2, c1, s1, c2, s2;
   for (int64_t e = 0; e < p.E; ++e) {
     const uint8_t* wc1 = p.w13c.data() + e * 2 * p.I * p.H / 2;
@@ -383,8 +384,8 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       sm90_nvfp4_mma_gemm(l2, m2, cfg, nullptr);
       break;
     case KernelUnderTest::Wgmma:
-      sm90_nvfp4_wgmma_gemm(l1, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
-      sm90_nvfp4_wgmma_gemm(l2, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
+      sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
+      sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
       break;
     case KernelUnderTest::Chosen:
       run_expert_gemm(l1, has_fragment ? &m1 : nullptr, kut.pairs_bound, nullptr);
@@ -467,8 +468,10 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
   Rng rng(seed);
   const WgmmaCase c = GetParam();
   const Problem p = make_problem(rng, c.T, c.H, c.I);
-  run_and_check(p, wgmma_kernel(64), "wgmma");
-  run_and_check(p, wgmma_kernel(128), "wgmma");
+  if (mma_layout_fits(c.H, c.I)) {
+    run_and_check(p, wgmma_kernel(64), "wgmma");
+    run_and_check(p, wgmma_kernel(128), "wgmma");
+  }
   // The host bound exact (T*k) and loose (10x: every candidate queued, the device picks).
   for (int64_t bound : {c.T * p.k, 10 * c.T * p.k}) {
     KernelUnderTest k{KernelUnderTest::Chosen};
@@ -478,11 +481,13 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
 }
 
 // T=1: one token; 40: under one tile; 300: experts with several 64-position
-// blocks and a partial 128 one. H=576, I=320: odd chunk counts (a warpgroup
-// with no chunk) and padded rows; no fragment copy, so wgmma from zero pairs.
+// blocks and a partial 128 one. H=640, I=384: 40 down m-tiles (a last block
+// with one idle warpgroup), K not a multiple of 1024 (no decode kernel: wgmma
+// from zero pairs). H=576, I=320: no fragment layout (the simple kernel).
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
                          ::testing::Values(WgmmaCase{1, 1024, 1024}, WgmmaCase{40, 1024, 1024},
-                                           WgmmaCase{300, 1024, 1024}, WgmmaCase{150, 576, 320}),
+                                           WgmmaCase{300, 1024, 1024}, WgmmaCase{150, 640, 384},
+                                           WgmmaCase{150, 576, 320}),
                          [](const auto& info) {
                            std::ostringstream os;
                            os << info.param;
@@ -535,48 +540,49 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
 
 TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
   using K = ExpertGemmCandidate;
-  ExpertGemmChoice c = choose_expert_gemm(48, 6, true, nullptr);  // T=1, EP8: decode only, no device choice
+  ExpertGemmChoice c = choose_expert_gemm(48, 6, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   expect_partition(c, 6);
-  c = choose_expert_gemm(48, 16 * 48, true, nullptr);  // the boundary: still decode only
+  c = choose_expert_gemm(48, 16 * 48, true, true, nullptr);  // the boundary: still decode only
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 1680, true, nullptr);  // 280 tokens with -1 slots: the device decides
+  c = choose_expert_gemm(48, 1680, true, true, nullptr);  // 280 tokens with -1 slots: the device decides
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   EXPECT_EQ(c.candidates[0].at_most, 16 * 48);
   EXPECT_EQ(c.candidates[1].kind, K::Wgmma64);
   expect_partition(c, 1680);
-  c = choose_expert_gemm(48, 8192 * 6, true, nullptr);  // prefill: all three queued
+  c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: all three queued
   ASSERT_EQ(c.count, 3);
   EXPECT_EQ(c.candidates[1].at_most, 96 * 48);
   EXPECT_EQ(c.candidates[2].kind, K::Wgmma128);
   expect_partition(c, 8192 * 6);
-  c = choose_expert_gemm(48, 8192 * 6, false, nullptr);  // no fragment copy: wgmma from zero pairs
+  c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: wgmma from zero
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
   expect_partition(c, 8192 * 6);
-  c = choose_expert_gemm(384, 0, true, nullptr);  // nothing can be live
+  c = choose_expert_gemm(48, 8192 * 6, false, false, nullptr);  // no fragment layout: the simple kernel, alone
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Simple);
+  expect_partition(c, 8192 * 6);
+  c = choose_expert_gemm(384, 0, true, true, nullptr);  // nothing can be live
   ASSERT_EQ(c.count, 1);
   expect_partition(c, 0);
 }
 
 TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   using K = ExpertGemmCandidate;
-  ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, "simple");
-  ASSERT_EQ(c.count, 1);
-  EXPECT_EQ(c.candidates[0].kind, K::Simple);
-  c = choose_expert_gemm(48, 4096, true, "decode");
+  ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, true, "decode");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 4096, false, "decode");  // no weights for it: wgmma
+  c = choose_expert_gemm(48, 4096, true, false, "decode");  // decode cannot take the shape: wgmma
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
-  c = choose_expert_gemm(48, 6, true, "wgmma");
+  c = choose_expert_gemm(48, 6, true, true, "wgmma");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
-  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, "fast"), "NVFP4MOE_GEMM=fast");
-  EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, nullptr), "got 0");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, true, "fast"), "NVFP4MOE_GEMM=fast");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, true, nullptr), "got 0");
 }
 
 TEST(Sm90MmaGemmHeuristic, ConfigFromTokensPerExpert) {
