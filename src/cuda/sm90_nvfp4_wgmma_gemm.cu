@@ -19,11 +19,11 @@ constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
 constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
 // NOTES: 384 threads start with 168 registers each (the register file is
-// split over 4 sub-partitions); the producer warpgroup drops to 80 (72 is the
-// least without spills) so that the consumers can hold 2 x 64 accumulators,
-// 32 A registers and addresses (192 spills).
-constexpr int kProducerRegisters = 80;
-constexpr int kConsumerRegisters = 200;
+// split over 4 sub-partitions); the producer warpgroup drops to 72 (the least
+// without spills) so that the consumers can hold 2 x 64 accumulators, 32 A
+// registers, addresses and the SwiGLU epilogue (200 spills).
+constexpr int kProducerRegisters = 72;
+constexpr int kConsumerRegisters = 208;
 constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
 constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
@@ -48,12 +48,27 @@ struct Smem {
   static constexpr int kScale = kCode + kStages * kCodeStage;
   static constexpr int kFull = kScale + kStages * kScaleStage;
   static constexpr int kEmpty = kFull + 8 * kStages;
-  static constexpr int kRows = kEmpty + 8 * kStages;
+  // Per-position epilogue operands of a tile, in a ring of 2 tiles: written
+  // by the producer when it starts the tile, read by the consumers' epilogue.
+  static constexpr int kMetaSlots = 2;
+  static constexpr int kMetaFull = kEmpty + 8 * kStages;
+  static constexpr int kMetaEmpty = kMetaFull + 8 * kMetaSlots;
+  static constexpr int kMeta = kMetaEmpty + 8 * kMetaSlots;  // ColumnMeta [kMetaSlots][kBlockN]
+  static constexpr int kRows = kMeta + kMetaSlots * kBlockN * 12;
   static constexpr int kOffsets = kRows + 4 * kBlockN;
   static size_t bytes(int64_t local) { return 1024 + size_t(kOffsets) + 8 * size_t(local + 1); }
   static_assert(kActChunk % 1024 == 0, "swizzled operand chunks must stay 1024-byte aligned");
   static_assert(kCodeStage % 16 == 0 && kScaleStage % 16 == 0 && kFull % 8 == 0, "copies and barriers need alignment");
 };
+
+// What the epilogue needs of one position: g of its operand row, its pair
+// and routing weight (Down).
+struct ColumnMeta {
+  float g;
+  int32_t pair;
+  float wj;
+};
+static_assert(sizeof(ColumnMeta) == 12, "ColumnMeta is 3 words");
 
 // One tile of work: up to 16 m-tiles x up to kBlockN positions of one expert.
 struct Tile {
@@ -108,6 +123,56 @@ struct RingPosition {
   }
 };
 
+// Epilogue of one consumer warpgroup: accumulator (j, 8 n + 2 tig + c) is
+// m-tile mt_wg + 4 j + wwarp, rows grp (gate / down row) and grp + 8 (up /
+// down row + 8), position column 8 n + 2 tig + c.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Tile& tile, const ColumnMeta* meta,
+                                           int64_t mt_wg, int64_t m_tiles, int wwarp, int lane,
+                                           const float (&acc)[2][kBlockN / 2]) {
+  const int tig = lane % 4, grp = lane / 4;
+  if constexpr (P == Projection::GateUp) {
+    const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * n + 2 * tig + c;
+        if (col >= tile.rows) continue;
+        const int32_t pos = tile.begin + col;
+        const float g = meta[col].g;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int64_t mt = mt_wg + 4 * j + wwarp;
+          if (mt >= m_tiles) continue;
+          const float gate = acc[j][4 * n + c] * (g * gw_gate * kFragEpilogue);
+          const float up = acc[j][4 * n + 2 + c] * (g * gw_up * kFragEpilogue);
+          plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + grp] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
+        }
+      }
+  } else {
+    const float gw = plan.w_global[tile.expert];
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = 8 * n + 2 * tig + c;
+        if (col >= tile.rows) continue;
+        const ColumnMeta& cm = meta[col];
+        const int32_t pair = cm.pair;
+        const float alpha = cm.g * gw * kFragEpilogue, wj = cm.wj;
+        float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int64_t mt = mt_wg + 4 * j + wwarp;
+          if (mt >= m_tiles) continue;
+          yrow[mt * kMmaTileRows + grp] = acc[j][4 * n + c] * alpha * wj;
+          yrow[mt * kMmaTileRows + 8 + grp] = acc[j][4 * n + 2 + c] * alpha * wj;
+        }
+      }
+  }
+}
+
 template <Projection P, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w) {
@@ -125,6 +190,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t scale_base = ptx::smem_addr(smem + S::kScale);
   const uint32_t full_bar = ptx::smem_addr(smem + S::kFull);
   const uint32_t empty_bar = ptx::smem_addr(smem + S::kEmpty);
+  const uint32_t meta_full_bar = ptx::smem_addr(smem + S::kMetaFull);
+  const uint32_t meta_empty_bar = ptx::smem_addr(smem + S::kMetaEmpty);
+  ColumnMeta* meta = reinterpret_cast<ColumnMeta*>(smem + S::kMeta);
   int32_t* tile_rows = reinterpret_cast<int32_t*>(smem + S::kRows);
   const int32_t local = int32_t(plan.local_experts);
   int32_t* offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
@@ -158,6 +226,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(full_bar + 8 * s, kProducerThreads + 1);  // every producer thread's cp.async + expect_tx
       ptx::mbarrier_init(empty_bar + 8 * s, kConsumerWarps);
     }
+    for (int s = 0; s < S::kMetaSlots; ++s) {
+      ptx::mbarrier_init(meta_full_bar + 8 * s, kProducerThreads);
+      ptx::mbarrier_init(meta_empty_bar + 8 * s, kConsumerWarps);
+    }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
@@ -171,11 +243,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int word = ptid % 32;
     const int dst_word = kslot_word(word);
     RingPosition<kStages> ring;
-    for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+    RingPosition<S::kMetaSlots> meta_ring;
+    for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
       const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
+      // The tile's operand rows (for the gather) and epilogue operands (for the consumers).
+      ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
+      ptx::mbarrier_wait_parity(meta_empty_bar + 8 * meta_ring.stage, meta_ring.phase ^ 1);
       ptx::named_barrier_sync(1, kProducerThreads);  // the previous tile's copies were issued: rows may change
-      for (int r = ptid; r < tile.rows; r += kProducerThreads)
-        tile_rows[r] = P == Projection::GateUp ? plan.pair_of_pos[tile.begin + r] / plan.top_k : tile.begin + r;
+      for (int r = ptid; r < tile.rows; r += kProducerThreads) {
+        const int32_t pos = tile.begin + r, pair = plan.pair_of_pos[pos];
+        const int32_t row = P == Projection::GateUp ? pair / plan.top_k : pos;
+        tile_rows[r] = row;
+        tile_meta[r] = ColumnMeta{plan.act_g[row], pair, P == Projection::Down ? plan.topk_weights[pair] : 0.0f};
+      }
+      ptx::mbarrier_arrive(meta_full_bar + 8 * meta_ring.stage);
       ptx::named_barrier_sync(1, kProducerThreads);
       const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
       const int live_mtiles = int(m_tiles - mt0 < kMTilesPerCta ? m_tiles - mt0 : kMTilesPerCta);
@@ -213,10 +294,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- consumers: warpgroup wg owns m-tiles 8 wg .. 8 wg + 7 of each tile's block ----
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int wg = warp / 4, wwarp = warp % 4, grp = lane / 4;
+  const int wg = warp / 4, wwarp = warp % 4;
   RingPosition<kStages> ring;
-  for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+  RingPosition<S::kMetaSlots> meta_ring;
+  for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
     const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
+    const ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
     const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
     const bool live = mt_wg < m_tiles;  // warpgroup-uniform
 
@@ -270,50 +353,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int i = 0; i < kAccPerTile; ++i) ptx::wgmma_fence_operand(acc[j][i]);
-    if (!live) continue;
-
-    // ---- epilogue: accumulator (j, 8 n + 2 tig + c): m-tile mt_wg + 4 j + wwarp, rows grp and grp + 8 ----
-    const int tig = lane % 4;
-    if constexpr (P == Projection::GateUp) {
-      const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = 8 * n + 2 * tig + c;
-          if (col >= tile.rows) continue;
-          const int32_t pos = tile.begin + col;
-          const float g = plan.act_g[plan.pair_of_pos[pos] / plan.top_k];
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int64_t mt = mt_wg + 4 * j + wwarp;
-            if (mt >= m_tiles) continue;
-            const float gate = acc[j][4 * n + c] * (g * gw_gate * kFragEpilogue);
-            const float up = acc[j][4 * n + 2 + c] * (g * gw_up * kFragEpilogue);
-            plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + grp] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
-          }
-        }
-    } else {
-      const float gw = plan.w_global[tile.expert];
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = 8 * n + 2 * tig + c;
-          if (col >= tile.rows) continue;
-          const int32_t pos = tile.begin + col;
-          const int32_t pair = plan.pair_of_pos[pos];
-          const float alpha = plan.act_g[pos] * gw * kFragEpilogue, wj = plan.topk_weights[pair];
-          float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int64_t mt = mt_wg + 4 * j + wwarp;
-            if (mt >= m_tiles) continue;
-            yrow[mt * kMmaTileRows + grp] = acc[j][4 * n + c] * alpha * wj;
-            yrow[mt * kMmaTileRows + 8 + grp] = acc[j][4 * n + 2 + c] * alpha * wj;
-          }
-        }
-    }
+    ptx::mbarrier_wait_parity(meta_full_bar + 8 * meta_ring.stage, meta_ring.phase);
+    if (live) store_tile<P, kBlockN>(plan, tile, tile_meta, mt_wg, m_tiles, wwarp, lane, acc);
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(meta_empty_bar + 8 * meta_ring.stage);
   }
 }
 
