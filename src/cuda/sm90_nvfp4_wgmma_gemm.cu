@@ -184,7 +184,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Shared memory split.
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Offsetting smem_raw itself (no round trip through an integer) keeps the
+  // compiler aware that every pointer below is shared: LDS/STS, not generic
+  // loads on the long-scoreboard path.
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   const uint32_t act_base = ptx::smem_addr(smem + S::kAct);
   const uint32_t code_base = ptx::smem_addr(smem + S::kCode);
   const uint32_t scale_base = ptx::smem_addr(smem + S::kScale);
@@ -279,6 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // Operand rows: word `word` of each chunk to its k-slot word, in the 128B swizzle (16-byte unit ^ row % 8).
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
+#pragma unroll 4
         for (int r = ptid / 32; r < tile.rows; r += kProducerThreads / 32) {
           const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + 2 * word;
           const uint32_t dst = act_stage + r * kActAtomBytes + ((dst_word / 4) ^ (r % 8)) * 16 + (dst_word % 4) * 4;
