@@ -315,7 +315,8 @@ int main(int argc, char** argv) {
       const Sm90MmaGemmConfig cfg = sm90_nvfp4_mma_gemm_config(P, E);
       const MmaWeights m1{c1.get(), s1.get(), g1}, m2{c2.get(), s2.get(), g2};
       // The backend's GEMM: run_expert_gemm's device-side choice (its kernel name in the table).
-      const ExpertGemmChoice choice = choose_expert_gemm(E, P, true, true, std::getenv("NVFP4MOE_GEMM"));
+      const ExpertGemmChoice choice = expert_gemm_choice(E, P, &m1);
+      qa.deq_order = rq.deq_order = choice.operand_order(offsets.get() + E);
       const char* chosen = "?";
       for (int i = 0; i < choice.count; ++i)
         if (choice.candidates[i].above < P && P <= choice.candidates[i].at_most) {
@@ -324,7 +325,7 @@ int main(int argc, char** argv) {
         }
       group_pairs(ga, nullptr);
       quantize_activations(qa, nullptr);
-      run_expert_gemm(l1, &m1, P, nullptr);
+      run_expert_gemm(l1, &m1, choice, nullptr);
       requantize_rows(rq, nullptr);
       NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -332,9 +333,9 @@ int main(int argc, char** argv) {
       Stages st;
       st.group = time_us(r, [&] { group_pairs(ga, nullptr); });
       st.quant = time_us(r, [&] { quantize_activations(qa, nullptr); });
-      st.l1 = time_us(r, [&] { run_expert_gemm(l1, &m1, P, nullptr); });
+      st.l1 = time_us(r, [&] { run_expert_gemm(l1, &m1, choice, nullptr); });
       st.requant = time_us(r, [&] { requantize_rows(rq, nullptr); });
-      st.l2 = time_us(r, [&] { run_expert_gemm(l2, &m2, P, nullptr); });
+      st.l2 = time_us(r, [&] { run_expert_gemm(l2, &m2, choice, nullptr); });
       st.combine = time_us(r, [&] { combine_slots(ca, nullptr); });
       const double fast_group = time_us(r, [&] { sm90_nvfp4_group(ga, nullptr); });
       const double fast_quant = time_us(r, [&] { sm90_nvfp4_stage(qa, nullptr); });
@@ -385,9 +386,9 @@ int main(int argc, char** argv) {
       NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
       sm90_nvfp4_group(ga, cs.get());
       sm90_nvfp4_stage(qa, cs.get());
-      run_expert_gemm(l1, &m1, P, cs.get());
+      run_expert_gemm(l1, &m1, choice, cs.get());
       sm90_nvfp4_requant(rq, cs.get());
-      run_expert_gemm(l2, &m2, P, cs.get());
+      run_expert_gemm(l2, &m2, choice, cs.get());
       combine_slots(ca, cs.get());
       NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
       NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -272,6 +272,13 @@ class CudaMoeBackend final : public MoeBackendImpl {
     q.g_out = gx_.get();
     q.deq = xq_.get();
     q.deq_ld = kp1_;
+    // The grouped GEMMs of this forward (chosen on the device from the live pair count) and the
+    // column order they want their operand rows in.
+    const MmaWeights mma1_w = mma1_.view(), mma2_w = mma2_.view();
+    const MmaWeights* frag1 = mma1_.codes.get() ? &mma1_w : nullptr;
+    const MmaWeights* frag2 = mma2_.codes.get() ? &mma2_w : nullptr;
+    const ExpertGemmChoice gemm = expert_gemm_choice(local_, P, frag1);
+    q.deq_order = gemm.operand_order(offsets_.get() + local_);
     // One-pass staging (same bytes) where it applies, else the simple kernels.
     if (sm90_nvfp4_stage_supports(q)) {
       sm90_nvfp4_stage(q, s);
@@ -281,7 +288,6 @@ class CudaMoeBackend final : public MoeBackendImpl {
 
     // 4. L1: gate/up + SwiGLU -> h [pos, I].
     const int64_t tiles_bound = std::min(max_tiles_, max_gemm_tiles(P, local_, kGemmTileTokens));
-    const MmaWeights mma1_w = mma1_.view(), mma2_w = mma2_.view();
     GroupedGemmPlan l1;
     l1.projection = Projection::GateUp;
     l1.weights = w13_.get();
@@ -302,7 +308,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l1.limit = cfg_.swiglu_limit.value_or(0.0f);
     l1.offsets = offsets_.get();
     l1.local_experts = local_;
-    run_expert_gemm(l1, mma1_.codes.get() ? &mma1_w : nullptr, P, s);
+    run_expert_gemm(l1, frag1, gemm, s);
 
     // 5. L2 input: h -> NVFP4 per (token, expert) row (or static per expert) -> BF16 operand rows.
     RequantRowsArgs rq;
@@ -316,6 +322,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     rq.g_out = gh_.get();
     rq.deq = hq_.get();
     rq.deq_ld = kp2_;
+    rq.deq_order = q.deq_order;
     if (sm90_nvfp4_requant_supports(rq)) {
       sm90_nvfp4_requant(rq, s);
     } else {
@@ -335,7 +342,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l2.h_out = nullptr;
     l2.y_pair = y_pair_.get();
     l2.topk_weights = wts;
-    run_expert_gemm(l2, mma2_.codes.get() ? &mma2_w : nullptr, P, s);
+    run_expert_gemm(l2, frag2, gemm, s);
 
     // 7. Shared expert.
     if (cfg_.shared_experts) {

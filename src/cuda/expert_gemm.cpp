@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "nvfp4moe/error.hpp"
@@ -31,13 +32,14 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
   }
   if (!has_fragment) {
     out.candidates[out.count++] = C{C::Simple, -1, all};
-    return out;
+    return out;  // kslot_above: never
   }
   if (forced && std::strcmp(forced, "decode") == 0 && decode) {
     out.candidates[out.count++] = C{C::Decode, -1, all};
     return out;
   }
   const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
+  out.kslot_above = std::min<int64_t>(decode_max, std::numeric_limits<int32_t>::max());
   const int64_t w64_max = kWgmma64MaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Wgmma64, decode_max, w64_max}, {C::Wgmma128, w64_max, all}};
   for (const C& c : ranges) {
@@ -49,16 +51,38 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
 
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_wgmma_gemm_prepare(local_experts); }
 
-void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, int64_t pairs_bound,
+OperandOrder ExpertGemmChoice::operand_order(const int32_t* live_pairs) const {
+  OperandOrder o;
+  if (count > 1) {  // decided on the device, like the kernel
+    o.live_pairs = live_pairs;
+    o.kslot_above = int32_t(kslot_above);
+  } else if (count == 1 && (candidates[0].kind == ExpertGemmCandidate::Wgmma64 ||
+                            candidates[0].kind == ExpertGemmCandidate::Wgmma128)) {
+    o.kslot_above = -1;  // always
+  }
+  return o;
+}
+
+ExpertGemmCandidate::Kind ExpertGemmChoice::kind_for(int64_t live) const {
+  for (int i = 0; i < count; ++i)
+    if (candidates[i].above < live && live <= candidates[i].at_most) return candidates[i].kind;
+  NVFP4_FAIL("ExpertGemmChoice: no candidate for ", live, " live pairs");
+}
+
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const MmaWeights* fragment) {
+  return choose_expert_gemm(local_experts, pairs_bound, fragment != nullptr,
+                            fragment && sm90_nvfp4_mma_gemm_supports(fragment->geometry), std::getenv("NVFP4MOE_GEMM"));
+}
+
+void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, const ExpertGemmChoice& choice,
                      cudaStream_t stream) {
   NVFP4_CHECK(plan.offsets && plan.local_experts > 0, "run_expert_gemm: plan.offsets and local_experts are required");
-  if (pairs_bound <= 0) return;
+  NVFP4_CHECK(fragment || choice.count == 0 || choice.candidates[0].kind == ExpertGemmCandidate::Simple,
+              "run_expert_gemm: the choice needs the fragment-layout weights");
   const int64_t local = plan.local_experts;
-  const ExpertGemmChoice choice =
-      choose_expert_gemm(local, pairs_bound, fragment != nullptr,
-                         fragment && sm90_nvfp4_mma_gemm_supports(fragment->geometry), std::getenv("NVFP4MOE_GEMM"));
   for (int i = 0; i < choice.count; ++i) {
     const ExpertGemmCandidate& c = choice.candidates[i];
+    if (c.at_most <= 0) continue;  // nothing can be live
     GroupedGemmPlan p = plan;
     if (choice.count > 1) {  // only the device knows which one is right
       p.live_pairs = plan.offsets + local;

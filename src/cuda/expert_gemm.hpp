@@ -24,6 +24,9 @@
 
 #include <cstdint>
 
+#include <limits>
+
+#include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 
@@ -38,6 +41,12 @@ struct ExpertGemmCandidate {
 struct ExpertGemmChoice {
   ExpertGemmCandidate candidates[3];
   int count = 0;
+  // The wgmma kernel runs iff live pairs > kslot_above (-1: always; INT32_MAX: never).
+  int64_t kslot_above = std::numeric_limits<int32_t>::max();
+  // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
+  OperandOrder operand_order(const int32_t* live_pairs) const;
+  // Host mirror (tests): the kind that runs when `live` pairs are live.
+  ExpertGemmCandidate::Kind kind_for(int64_t live) const;
 };
 // has_fragment: weights in the fragment layout (else: tile layout, the simple
 // kernel); decode_supported: the decode kernel takes their K. forced: the
@@ -49,11 +58,15 @@ ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, 
 // stream capture: kernel attributes for up to `local_experts` experts.
 void prepare_expert_gemm(int64_t local_experts);
 
-// plan: tiles/num_tiles and offsets/local_experts filled, plan.weights the
-// tile layout when `fragment` is null; fragment: the fragment-layout weights,
-// or null; pairs_bound: the most live pairs this forward can have (T * k, or
-// the receive capacity).
-void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, int64_t pairs_bound,
+// The choice for a forward: `fragment` the fragment-layout weights or null,
+// pairs_bound the most live pairs it can have (T * k, or the receive
+// capacity); reads NVFP4MOE_GEMM.
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const MmaWeights* fragment);
+
+// Queues the candidates of `choice`. plan: tiles/num_tiles and
+// offsets/local_experts filled, plan.weights the tile layout when `fragment`
+// is null; its operand rows written in choice.operand_order(offsets + local).
+void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, const ExpertGemmChoice& choice,
                      cudaStream_t stream);
 
 }  // namespace nvfp4moe::cuda

@@ -37,7 +37,7 @@ template <typename Load>
 __device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t b, int64_t cols, float g,
                                                  uint8_t* codes, uint8_t* scales_linear,
                                                  uint8_t* scales_swizzled, int64_t kp,
-                                                 __nv_bfloat16* deq, int64_t deq_ld) {
+                                                 __nv_bfloat16* deq, int64_t deq_ld, bool kslot) {
   float v[kBlock];
   float amax = 0.0f;
 #pragma unroll
@@ -64,12 +64,13 @@ __device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t
   if (scales_swizzled)
     scales_swizzled[((row >> 7) * (kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] = s;
   if (deq) {
-    __nv_bfloat16* o = deq + row * deq_ld + b * kBlock;
+    __nv_bfloat16* o = deq + row * deq_ld;
 #pragma unroll
     for (int i = 0; i < kBlock; i += 2) {
       // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
       __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
-      *reinterpret_cast<__nv_bfloat162*>(o + i) = pair;
+      const int64_t col = b * kBlock + i;
+      *reinterpret_cast<__nv_bfloat162*>(o + (kslot ? operand_kslot_column(col) : col)) = pair;
     }
   }
 }
@@ -99,8 +100,9 @@ __global__ void quantize_act_kernel(QuantizeActArgs a, int64_t kp) {
     g = a.static_g;
   }
   if (threadIdx.x == 0) a.g_out[row] = g;
+  const bool kslot = a.deq_order.kslot();
   for (int64_t b = threadIdx.x; b < kb; b += blockDim.x)
-    quantize_block16(load, row, b, a.cols, g, a.codes, a.scales_linear, a.scales_swizzled, kp, a.deq, a.deq_ld);
+    quantize_block16(load, row, b, a.cols, g, a.codes, a.scales_linear, a.scales_swizzled, kp, a.deq, a.deq_ld, kslot);
   if (a.deq)
     for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
       a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
@@ -120,8 +122,9 @@ __global__ void requantize_rows_kernel(RequantRowsArgs a) {
     g = global_scale_from_amax(block_abs_max(m));
   }
   if (threadIdx.x == 0) a.g_out[row] = g;
+  const bool kslot = a.deq_order.kslot();
   for (int64_t b = threadIdx.x; b < a.cols / kBlock; b += blockDim.x)
-    quantize_block16(load, row, b, a.cols, g, nullptr, nullptr, nullptr, 0, a.deq, a.deq_ld);
+    quantize_block16(load, row, b, a.cols, g, nullptr, nullptr, nullptr, 0, a.deq, a.deq_ld, kslot);
   for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
     a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
 }

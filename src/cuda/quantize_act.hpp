@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cuda/operand_order.hpp"
+
 namespace nvfp4moe::cuda {
 
 enum class ActScope : uint8_t {
@@ -36,6 +38,7 @@ struct QuantizeActArgs {
   uint8_t* scales_swizzled = nullptr;   // swizzled_scale_bytes(rows, cols/16) or null
   __nv_bfloat16* deq = nullptr;         // [rows, deq_ld] value(q)*s, or null
   int64_t deq_ld = 0;                   // >= cols
+  OperandOrder deq_order;               // column order of deq (default logical)
 };
 
 // Queues the staging on `stream` (memsets included); no host synchronisation.
@@ -53,6 +56,7 @@ struct RequantRowsArgs {
   float* g_out = nullptr;                     // [rows_max]
   __nv_bfloat16* deq = nullptr;               // [rows_max, deq_ld]
   int64_t deq_ld = 0;
+  OperandOrder deq_order;                     // column order of deq (default logical)
 };
 void requantize_rows(const RequantRowsArgs& args, cudaStream_t stream);
 

@@ -33,6 +33,7 @@ struct StageRows {
   int64_t kp = 0;
   __nv_bfloat16* deq = nullptr;
   int64_t deq_ld = 0;
+  OperandOrder deq_order;
 };
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* v) {
@@ -115,9 +116,15 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __gr
         const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
         o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
       }
-      uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
-      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+      if (a.deq_order.kslot()) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
+        uint32_t* dst = reinterpret_cast<uint32_t*>(a.deq + row * a.deq_ld);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[operand_kslot_column(b * kBlock + 2 * j) / 2] = o[j];
+      } else {
+        uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
+        dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+        dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+      }
     }
   }
   if (a.deq)
@@ -164,6 +171,7 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
   s.kp = round_up(a.cols / kBlock, 4);
   s.deq = a.deq;
   s.deq_ld = a.deq_ld;
+  s.deq_order = a.deq_order;
   if (a.scales_swizzled)
     NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * s.kp), stream));
   launch(s, a.rows, stream);
@@ -191,6 +199,7 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
   s.g_out = a.g_out;
   s.deq = a.deq;
   s.deq_ld = a.deq_ld;
+  s.deq_order = a.deq_order;
   launch(s, a.rows_max, stream);
 }
 

@@ -96,11 +96,6 @@ __device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const
   return Tile{lo, rem / blocks, offsets[lo] + block * kBlockN, min(kBlockN, count - block * kBlockN)};
 }
 
-// The fragment layout gives logical column 16 t + 4 s + 2 h (+1) of a chunk
-// to mma k-slots 2 t (+1) + 8 h of k-step s: 4-byte word w = 8 t + 2 s + h of
-// the operand row goes to word 8 s + 4 h + t of the chunk's k-slot order.
-__device__ __forceinline__ int kslot_word(int w) { return 8 * ((w % 8) / 2) + 4 * (w % 2) + w / 8; }
-
 template <int kBlockN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t (&a)[4], uint64_t desc) {
   if constexpr (kBlockN == 64) {
@@ -242,9 +237,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- producer: code runs by bulk copy; scale words and operand rows by cp.async ----
     ptx::setmaxnreg_dec<kProducerRegisters>();
     const int ptid = tid - 32 * kConsumerWarps;
-    // This thread's operand word: fixed column pair, rows ptid / 32 + 4 j (stride kProducerThreads / 32).
-    const int word = ptid % 32;
-    const int dst_word = kslot_word(word);
+    // This thread's 16-byte unit of each operand chunk row: fixed; rows ptid / 8 + 16 j.
+    const int unit = ptid % (kActAtomBytes / 16);
+    constexpr int kRowsPerPass = kProducerThreads / (kActAtomBytes / 16);
     RingPosition<kStages> ring;
     RingPosition<S::kMetaSlots> meta_ring;
     for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
@@ -280,14 +275,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           ptx::cp_async_16_shared(scale_base + ring.stage * S::kScaleStage + m * kScaleWordBytes + q * 16,
                                   w.scales + ((et0 + m) * (k_chunks / kStageChunks) + ks) * kScaleWordBytes + q * 16);
         }
-        // Operand rows: word `word` of each chunk to its k-slot word, in the 128B swizzle (16-byte unit ^ row % 8).
+        // Operand rows (already in k-slot order, operand_order.hpp): 16-byte units into the 128B swizzle
+        // (unit ^ row % 8).
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
 #pragma unroll 4
-        for (int r = ptid / 32; r < tile.rows; r += kProducerThreads / 32) {
-          const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + 2 * word;
-          const uint32_t dst = act_stage + r * kActAtomBytes + ((dst_word / 4) ^ (r % 8)) * 16 + (dst_word % 4) * 4;
+        for (int r = ptid / (kActAtomBytes / 16); r < tile.rows; r += kRowsPerPass) {
+          const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
+          const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
 #pragma unroll
-          for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_4_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
+          for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_16_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
         }
         ptx::cp_async_mbarrier_arrive_noinc(full);
       }
@@ -417,16 +413,16 @@ void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const 
   const int64_t rows = p.projection == Projection::GateUp ? g.m_tiles * 8 : g.m_tiles * kMmaTileRows;
   NVFP4_CHECK(rows == p.n_valid, "sm90_nvfp4_wgmma_gemm: weights hold ", rows, " output rows, plan wants n_valid=",
               p.n_valid);
-  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 2 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
-              p.ld_act, " must be even and >= K=", g.k_chunks * kMmaChunkK);
+  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 8 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
+              p.ld_act, " must be a multiple of 8 and >= K=", g.k_chunks * kMmaChunkK);
   NVFP4_CHECK(p.offsets && p.local_experts >= 1 && p.local_experts <= kMaxLocalExperts,
               "sm90_nvfp4_wgmma_gemm: needs plan.offsets and 1 <= local_experts <= ", kMaxLocalExperts, ", got ",
               p.local_experts, p.offsets ? "" : " (offsets null)");
   NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
               "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
-  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 4 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
+  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 16 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(w.scales) % 16 == 0,
-              "sm90_nvfp4_wgmma_gemm: act must be 4-byte, codes and scales 16-byte aligned");
+              "sm90_nvfp4_wgmma_gemm: act, codes and scales must be 16-byte aligned");
   if (p.projection == Projection::GateUp) {
     NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_wgmma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
                 " < I=", p.n_valid);

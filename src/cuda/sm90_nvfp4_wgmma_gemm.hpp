@@ -10,11 +10,11 @@
 //     warpgroup) x kBlockN token positions of one expert, K in stages of 128;
 //   * the producer streams each stage into a ring: the m-tiles' 1 KB code
 //     runs by bulk copy (complete_tx on the stage's full barrier), their
-//     scale words and the operand rows of the block's tokens by cp.async
-//     (arrive.noinc on the same barrier). Operand rows land K-major in the
-//     128-byte swizzle, each 4-byte column pair moved to the mma k-slot the
-//     fragment layout gave its weight column (the layout permutes K inside a
-//     64-column chunk; the dot product is invariant when both sides agree);
+//     scale words and the operand rows of the block's tokens by 16-byte
+//     cp.async (arrive.noinc on the same barrier), K-major in the 128-byte
+//     swizzle. The operand rows must be in k-slot order (operand_order.hpp:
+//     the fragment layout permutes K inside each 64-column chunk, and the
+//     dot product is invariant when both sides agree);
 //   * each consumer warpgroup dequantizes its A fragments exactly in
 //     registers (11 integer ops per 8 codes, one BF16 multiply per two
 //     values) and issues wgmma.m64nNk16 with A from registers and the tokens

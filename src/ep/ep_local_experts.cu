@@ -4,6 +4,7 @@
 
 #include "cuda/combine.hpp"
 #include "cuda/expert_gemm.hpp"
+#include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/shared_expert.hpp"
@@ -83,16 +84,18 @@ __global__ void ep_l2_ref_kernel(EpComputeArgs a, const __nv_bfloat16* h_deq, in
 
 // grid (capacity): the GEMM operand of received row p, value(q) * f32(s) as
 // BF16 (exact, spec 2), zero past H up to ld.
-__global__ void ep_expand_operand_kernel(EpComputeArgs a, int64_t H, int64_t ld, __nv_bfloat16* act) {
+__global__ void ep_expand_operand_kernel(EpComputeArgs a, int64_t H, int64_t ld, __nv_bfloat16* act,
+                                         cuda::OperandOrder order) {
   const int32_t p = blockIdx.x;
   if (p >= *a.total) return;
+  const bool kslot = order.kslot();
   for (int64_t k = threadIdx.x; k < ld; k += blockDim.x) {
     float v = 0.0f;
     if (k < H) {
       const uint8_t byte = a.codes[int64_t(p) * (H / 2) + k / 2];
       v = e2m1_value((k & 1) ? (byte >> 4) : (byte & 15)) * e4m3_value(a.scales[int64_t(p) * (H / 16) + k / 16]);
     }
-    act[int64_t(p) * ld + k] = __float2bfloat16_rn(v);
+    act[int64_t(p) * ld + (kslot ? cuda::operand_kslot_column(k) : k)] = __float2bfloat16_rn(v);
   }
 }
 
@@ -239,7 +242,7 @@ void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
                                                      h_.get());
   NVFP4_CUDA_CHECK_LAUNCH("ep_l1_ref_kernel");
 
-  requantize_h(a, ld_h_deq_, stream);
+  requantize_h(a, ld_h_deq_, cuda::OperandOrder{}, stream);  // the reference kernels read logical order
   dim3 g2(capacity_, unsigned(cuda::ceil_div(hidden_, kThreads)));
   ep_l2_ref_kernel<<<g2, kThreads, smem2, stream>>>(a, h_deq_.get(), ld_h_deq_, h_g_.get(), w2_codes_.get(),
                                                      w2_scales_.get(), w2_global_.get(), hidden_, inter_);
@@ -247,7 +250,8 @@ void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
 }
 
 // QDQ(h) per row (spec 2): dynamic g per row, or the expert's static g.
-void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cudaStream_t stream) {
+void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::OperandOrder order,
+                                  cudaStream_t stream) {
   cuda::RequantRowsArgs rq;
   rq.h = h_.get();
   rq.ld_h = inter_;
@@ -259,6 +263,7 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cudaSt
   rq.g_out = h_g_.get();
   rq.deq = h_deq_.get();
   rq.deq_ld = deq_ld;
+  rq.deq_order = order;
   cuda::requantize_rows(rq, stream);
 }
 
@@ -266,7 +271,12 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   NVFP4_CHECK(a.capacity == capacity_, "EpLocalExperts: capacity ", a.capacity, " differs from the ", capacity_,
               " it was built for");
   auto* tiles = reinterpret_cast<cuda::GemmTile*>(tiles_.get());
-  ep_expand_operand_kernel<<<capacity_, kThreads, 0, stream>>>(a, hidden_, ld_act_, act_.get());
+  const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
+  const cuda::MmaWeights* frag13 = f13.codes ? &f13 : nullptr;
+  const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
+  const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13);
+  const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
+  ep_expand_operand_kernel<<<capacity_, kThreads, 0, stream>>>(a, hidden_, ld_act_, act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
   ep_build_tiles_kernel<<<1, 32, 0, stream>>>(a.offsets, int32_t(count_), tiles, num_tiles_.get());
   NVFP4_CUDA_CHECK_LAUNCH("ep_build_tiles_kernel");
@@ -291,10 +301,9 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.ld_h = inter_;
   l1.has_limit = limit_.has_value();
   l1.limit = limit_.value_or(0.0f);
-  const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
-  cuda::run_expert_gemm(l1, f13.codes ? &f13 : nullptr, capacity_, stream);
+  cuda::run_expert_gemm(l1, frag13, gemm, stream);
 
-  requantize_h(a, ld_h_deq_, stream);
+  requantize_h(a, ld_h_deq_, order, stream);
 
   cuda::GroupedGemmPlan l2;
   l2.projection = cuda::Projection::Down;
@@ -314,7 +323,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l2.local_experts = count_;
   l2.y_pair = a.out;
   l2.topk_weights = a.weight;
-  cuda::run_expert_gemm(l2, f2.codes ? &f2 : nullptr, capacity_, stream);
+  cuda::run_expert_gemm(l2, frag2, gemm, stream);
 }
 
 EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cfg, int32_t max_tokens)

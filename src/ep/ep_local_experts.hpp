@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "nvfp4moe/moe.hpp"
 
@@ -52,7 +53,7 @@ class EpLocalExperts {
   int64_t local_experts() const { return count_; }
 
  private:
-  void requantize_h(const EpComputeArgs& a, int64_t deq_ld, cudaStream_t stream);
+  void requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::OperandOrder order, cudaStream_t stream);
 
   int64_t count_ = 0, hidden_ = 0, inter_ = 0;
   int32_t capacity_ = 0;

@@ -18,6 +18,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
 #include "cuda/grouping.hpp"
+#include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/sm90_nvfp4_mma_layout.hpp"
@@ -212,6 +213,14 @@ Problem make_problem(Rng& rng, int64_t T, int64_t H = 1024, int64_t I = 1024) {
   return p;
 }
 
+// Operand rows [rows, cols] (BF16 bits) from logical to k-slot column order.
+void permute_to_kslot(std::vector<uint16_t>& a, int64_t rows, int64_t cols) {
+  std::vector<uint16_t> out(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + operand_kslot_column(c))] = a[size_t(r * cols + c)];
+  a.swap(out);
+}
+
 template <typename T>
 DeviceBuffer<T> to_device(const std::vector<T>& v) {
   DeviceBuffer<T> d(std::max<size_t>(1, v.size()));
@@ -327,7 +336,27 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   }
   auto dt1 = to_device(t1), dt2 = to_device(t2);
   auto dc1 = to_device(c1), ds1 = to_device(s1), dc2 = to_device(c2), ds2 = to_device(s2);
-  auto dx = to_device(p.x), dhop = to_device(hop_pos);
+  // The operand order the kernel reads (operand_order.hpp): k-slot order for wgmma, as the staging
+  // kernels would write it for the same device-side choice.
+  const MmaWeights m1{dc1.get(), ds1.get(), g1}, m2{dc2.get(), ds2.get(), g2};
+  const ExpertGemmChoice choice = expert_gemm_choice(p.E, kut.pairs_bound, has_fragment ? &m1 : nullptr);
+  int64_t live = 0;
+  for (int32_t id : p.ids) live += id >= 0;
+  using K = ExpertGemmCandidate;
+  const bool kslot = kut.which == KernelUnderTest::Wgmma ||
+                     (kut.which == KernelUnderTest::Chosen &&
+                      (choice.kind_for(live) == K::Wgmma64 || choice.kind_for(live) == K::Wgmma128));
+  // The order the staging kernels would be told to write agrees with the kernel that runs.
+  if (kut.which == KernelUnderTest::Chosen) {
+    const OperandOrder order = choice.operand_order(offsets.get());
+    EXPECT_EQ(kslot, order.live_pairs ? live > order.kslot_above : order.kslot_above < 0) << "live pairs " << live;
+  }
+  std::vector<uint16_t> x_op = p.x;
+  if (kslot) {
+    permute_to_kslot(x_op, p.T, p.H);
+    permute_to_kslot(hop_pos, P, p.I);
+  }
+  auto dx = to_device(x_op), dhop = to_device(hop_pos);
   auto dgx = to_device(p.gx), dgh = to_device(gh_pos), dwts = to_device(p.wts);
   auto dw13g = to_device(p.w13g), dw2g = to_device(p.w2g);
   DeviceBuffer<float> h(size_t(P * p.I)), y(size_t(P * p.H));
@@ -366,7 +395,6 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   l2.h_out = nullptr;
   l2.y_pair = y.get();
   l2.topk_weights = dwts.get();
-  const MmaWeights m1{dc1.get(), ds1.get(), g1}, m2{dc2.get(), ds2.get(), g2};
   prepare_expert_gemm(p.E);
   if (!kut.expect_written) {  // a device-side choice that rules this kernel out, whatever the count
     for (GroupedGemmPlan* pl : {&l1, &l2}) {
@@ -388,8 +416,8 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{kut.block_n, 0}, nullptr);
       break;
     case KernelUnderTest::Chosen:
-      run_expert_gemm(l1, has_fragment ? &m1 : nullptr, kut.pairs_bound, nullptr);
-      run_expert_gemm(l2, has_fragment ? &m2 : nullptr, kut.pairs_bound, nullptr);
+      run_expert_gemm(l1, has_fragment ? &m1 : nullptr, choice, nullptr);
+      run_expert_gemm(l2, has_fragment ? &m2 : nullptr, choice, nullptr);
       break;
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());

@@ -44,7 +44,7 @@ struct Staged {
 };
 
 Staged run_stage(bool fast, const void* dx, bool bf16, int64_t rows, int64_t cols, int64_t deq_ld, ActScope scope,
-                 float static_g) {
+                 float static_g, OperandOrder order = {}) {
   const int64_t k = cols / 16, swz_bytes = swizzled_scale_bytes(rows, k);
   DeviceBuffer<float> g(static_cast<size_t>(rows));
   DeviceBuffer<uint8_t> codes(size_t(rows * cols / 2)), lin(size_t(rows * k)), swz(static_cast<size_t>(swz_bytes));
@@ -64,6 +64,7 @@ Staged run_stage(bool fast, const void* dx, bool bf16, int64_t rows, int64_t col
   a.scales_swizzled = swz.get();
   a.deq = deq.get();
   a.deq_ld = deq_ld;
+  a.deq_order = order;
   if (fast) {
     EXPECT_TRUE(sm90_nvfp4_stage_supports(a));
     sm90_nvfp4_stage(a, nullptr);
@@ -143,6 +144,61 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Stage,
                                            std::make_tuple(false, int64_t(19), int64_t(3072)),
                                            std::make_tuple(true, int64_t(12), int64_t(48))));
 
+// The wgmma kernel's operand order (operand_order.hpp): both staging kernels
+// write exactly the logical bytes, each column pair moved by
+// operand_kslot_column, when the device-side rule says so, and logical bytes
+// otherwise.
+TEST(Sm90Stage, KSlotOrderIsTheLogicalOperandPermuted) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const int64_t rows = 9, cols = 1024, deq_ld = cols;
+  std::vector<float> x = special_rows(rng, rows, cols);
+  DeviceBuffer<float> dx(x.size());
+  dx.upload(x.data(), x.size());
+  const int32_t live = 100;
+  DeviceBuffer<int32_t> dlive(1);
+  dlive.upload(&live, 1);
+  for (bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "sm90_nvfp4_stage" : "quantize_activations");
+    const Staged logical = run_stage(fast, dx.get(), false, rows, cols, deq_ld, ActScope::PerRow, 0.0f);
+    struct Case {
+      OperandOrder order;
+      bool kslot;
+      const char* what;
+    };
+    const Case cases[] = {{OperandOrder{nullptr, -1}, true, "always"},
+                          {OperandOrder{dlive.get(), live - 1}, true, "live above the threshold"},
+                          {OperandOrder{dlive.get(), live}, false, "live at the threshold"}};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.what);
+      const Staged got = run_stage(fast, dx.get(), false, rows, cols, deq_ld, ActScope::PerRow, 0.0f, c.order);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t col = 0; col < cols; ++col) {
+          const int64_t at = c.kslot ? operand_kslot_column(col) : col;
+          ASSERT_EQ(got.deq[size_t(r * deq_ld + at)], logical.deq[size_t(r * deq_ld + col)])
+              << "row " << r << " column " << col << " (written at " << at << ")";
+        }
+    }
+  }
+  // The permutation itself: inside a chunk, a bijection that keeps column pairs together.
+  std::vector<int> seen(64, 0);
+  for (int64_t c = 0; c < 64; ++c) {
+    const int64_t k = operand_kslot_column(c);
+    ASSERT_TRUE(k >= 0 && k < 64) << c;
+    ++seen[size_t(k)];
+    EXPECT_EQ(k % 2, c % 2) << "column " << c;
+    EXPECT_EQ(operand_kslot_column(c + 64 * 5), k + 64 * 5) << "chunks move as a whole";
+  }
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(seen[size_t(k)], 1) << "slot " << k;
+  // Hand-worked: block t = 1 (columns 16..31), k-step s = 2, second pair (h = 1): columns 26, 27 -> slots 2t + 8 + 16s = 42, 43.
+  EXPECT_EQ(operand_kslot_column(26), 42);
+  EXPECT_EQ(operand_kslot_column(27), 43);
+  EXPECT_EQ(operand_kslot_column(0), 0);
+  EXPECT_EQ(operand_kslot_column(16), 2);  // block 1, step 0, first pair: k-slots 2, 3
+}
+
 TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
@@ -160,8 +216,10 @@ TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
   const int32_t live32 = int32_t(live);
   dn.upload(&live32, 1);
   dre.upload(row_expert.data(), row_expert.size());
-  for (bool static_g : {false, true}) {
-    SCOPED_TRACE(static_g ? "static per expert" : "dynamic per row");
+  std::vector<uint16_t> logical;  // mode 0's operand, for the k-slot check
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool static_g = mode == 1, kslot = mode == 2;
+    SCOPED_TRACE(static_g ? "static per expert" : (kslot ? "dynamic per row, k-slot order" : "dynamic per row"));
     std::vector<uint16_t> out[2];
     std::vector<float> g[2];
     for (int fast = 0; fast < 2; ++fast) {
@@ -180,6 +238,7 @@ TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
       a.g_out = dg.get();
       a.deq = deq.get();
       a.deq_ld = deq_ld;
+      if (kslot) a.deq_order = OperandOrder{dn.get(), live32 - 1};
       if (fast) {
         ASSERT_TRUE(sm90_nvfp4_requant_supports(a));
         sm90_nvfp4_requant(a, nullptr);
@@ -197,6 +256,12 @@ TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
     EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(out[1].data()), reinterpret_cast<const uint8_t*>(out[0].data()),
                     int64_t(out[0].size() * 2), "requantized operand vs simple kernel");
     EXPECT_EQ(out[1][size_t(live * deq_ld)], 0xFFFF) << "row past num_rows was written";
+    if (mode == 0) logical = out[1];
+    if (kslot)
+      for (int64_t r = 0; r < live; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(out[1][size_t(r * deq_ld + operand_kslot_column(c))], logical[size_t(r * deq_ld + c)])
+              << "row " << r << " column " << c;
   }
 }
 

@@ -111,10 +111,4 @@ __device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
-// 4 bytes global -> shared (through L1): the operand's column pairs, each to
-// its own k-slot.
-__device__ __forceinline__ void cp_async_4_shared(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
 }  // namespace nvfp4moe::cuda::ptx
