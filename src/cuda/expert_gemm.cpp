@@ -14,7 +14,7 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 16;
-constexpr int64_t kWgmma64MaxPerExpert = 96;
+constexpr int64_t kWgmma64MaxPerExpert = 48;
 
 }  // namespace
 

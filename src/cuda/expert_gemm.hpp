@@ -14,7 +14,7 @@
 // Ranges, in average tokens per local expert (measured on the H200,
 // bench/NOTES.md):
 //   <= 16: sm90_nvfp4_mma_gemm (decode; K % 1024 == 0)
-//   <= 96: sm90_nvfp4_wgmma_gemm, 64 positions per tile
+//   <= 48: sm90_nvfp4_wgmma_gemm, 64 positions per tile
 //   above: sm90_nvfp4_wgmma_gemm, 128 positions per tile
 // NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode
 // falls back to wgmma where it does not support the shape.

@@ -19,11 +19,12 @@ constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
 constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
 // NOTES: 384 threads start with 168 registers each (the register file is
-// split over 4 sub-partitions); the producer warpgroup drops to 72 (the least
-// without spills) so that the consumers can hold 2 x 64 accumulators, 32 A
-// registers, addresses and the SwiGLU epilogue (200 spills).
-constexpr int kProducerRegisters = 72;
-constexpr int kConsumerRegisters = 208;
+// split over 4 sub-partitions); the producer warpgroup drops to 80 (it spills
+// at 72) so that the consumers can hold 2 x 64 accumulators, two 16-register
+// A buffers, addresses and the SwiGLU epilogue (4 bytes spill at 200, in the
+// gate/up 128 variant only).
+constexpr int kProducerRegisters = 80;
+constexpr int kConsumerRegisters = 200;
 constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
 constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full_bar + 8 * s, kProducerThreads + 1);  // every producer thread's cp.async + expect_tx
+      ptx::mbarrier_init(full_bar + 8 * s, kProducerThreads);  // every producer thread's cp.async
       ptx::mbarrier_init(empty_bar + 8 * s, kConsumerWarps);
     }
     for (int s = 0; s < S::kMetaSlots; ++s) {
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t total = prefix[local];
 
   if (warp >= kConsumerWarps) {
-    // ---- producer: code runs by bulk copy; scale words and operand rows by cp.async ----
+    // ---- producer: code runs, scale words and operand rows by cp.async ----
     ptx::setmaxnreg_dec<kProducerRegisters>();
     const int ptid = tid - 32 * kConsumerWarps;
     // This thread's 16-byte unit of each operand chunk row: fixed; rows ptid / 8 + 16 j.
@@ -262,12 +263,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
         const uint32_t full = full_bar + 8 * ring.stage;
         ptx::mbarrier_wait_parity(empty_bar + 8 * ring.stage, ring.phase ^ 1);
-        if (ptid == 0) {
-          ptx::mbarrier_arrive_expect_tx(full, uint32_t(live_mtiles * kStageChunks * kFragBytes));
-          for (int m = 0; m < live_mtiles; ++m)
-            ptx::cp_async_bulk_g2s(code_base + ring.stage * S::kCodeStage + m * kStageChunks * kFragBytes,
-                                   w.codes + ((et0 + m) * k_chunks + ks * kStageChunks) * kFragBytes,
-                                   kStageChunks * kFragBytes, full);
+        // Code runs: 1 KB per m-tile (its two chunks), 16 bytes a thread.
+        // NOTES: cp.async, not one bulk copy per m-tile: 16 copies of 1 KB a
+        // stage cost the kernel ~20 % more (measured, bench/NOTES.md).
+        for (int i = ptid; i < live_mtiles * (kStageChunks * kFragBytes / 16); i += kProducerThreads) {
+          const int m = i / (kStageChunks * kFragBytes / 16), q = i % (kStageChunks * kFragBytes / 16);
+          ptx::cp_async_16_shared(code_base + ring.stage * S::kCodeStage + m * kStageChunks * kFragBytes + q * 16,
+                                  w.codes + ((et0 + m) * k_chunks + ks * kStageChunks) * kFragBytes + q * 16);
         }
         // Scale words: 8 x 16 bytes per m-tile.
         if (ptid < live_mtiles * (kScaleWordBytes / 16)) {
@@ -312,42 +314,58 @@ __global__ void __launch_bounds__(kThreads, 1)
         ptx::wgmma_fence_operand(acc[j][i]);
       }
 
-    for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
+    if (live) {
+      // NOTES: software-pipelined in sub-steps q = (chunk c, m64 tile j), 4
+      // per stage: the A fragments of sub-step q + 1 are dequantized while
+      // the 4 wgmmas of q run (two 16-register A buffers; 2 x 64
+      // accumulators leave no room for more), and a stage is released once
+      // the wgmmas of its last sub-step are done.
+      uint32_t a[2][4][4];
+      auto dequant = [&](int stage, int c, int j, uint32_t(&dst)[4][4]) {
+        const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
+        const uint32_t scales = ptx::ld_shared_u32(scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
+        const uint4 frag = ptx::ld_shared_v4(code_base + stage * S::kCodeStage + (m * kStageChunks + c) * kFragBytes + lane * 16);
+        dequant_fragment_chunk(frag, scales >> (16 * c), dst);
+      };
       ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
-      if (live) {
-        ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
+      ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
+      dequant(ring.stage, 0, 0, a[0]);
+      for (int64_t ks = 0; ks < k_stages; ++ks) {
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
-        // NOTES: one chunk at a time, waiting for its wgmmas before the next
-        // dequantization (32 A registers live, not 64: with 2 x 64
-        // accumulators more would serialize the wgmmas); the other consumer
-        // warpgroup's wgmmas fill the tensor cores meanwhile.
-        const uint32_t code_stage = code_base + ring.stage * S::kCodeStage;
-        uint32_t scales[2];
 #pragma unroll
-        for (int j = 0; j < 2; ++j)  // m-tile of this warp in m64 tile j: 8 wg + 4 j + wwarp of the block
-          scales[j] = ptx::ld_shared_u32(scale_base + ring.stage * S::kScaleStage +
-                                         (wg * kMTilesPerWarpgroup + 4 * j + wwarp) * kScaleWordBytes + lane * 4);
-#pragma unroll
-        for (int c = 0; c < kStageChunks; ++c) {
-          uint32_t a[2][4][4];
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;
-            const uint4 frag = ptx::ld_shared_v4(code_stage + (m * kStageChunks + c) * kFragBytes + lane * 16);
-            dequant_fragment_chunk(frag, scales[j] >> (16 * c), a[j]);
-          }
+        for (int q = 0; q < 2 * kStageChunks; ++q) {
+          const int c = q / 2, j = q % 2;
           ptx::wgmma_fence();
 #pragma unroll
           for (int s = 0; s < 4; ++s)
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-              wgmma_rs<kBlockN>(acc[j], a[j][s], ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
+            wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
           ptx::wgmma_commit_group();
-          ptx::wgmma_wait_group<0>();
+          ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
+          if (q == 0 && ks > 0) {
+            __syncwarp();
+            if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ((ring.stage + kStages - 1) % kStages));
+          }
+          if (q + 1 < 2 * kStageChunks) {
+            dequant(ring.stage, (q + 1) / 2, (q + 1) % 2, a[(q + 1) % 2]);
+          } else if (ks + 1 < k_stages) {
+            RingPosition<kStages> next = ring;
+            next.advance();
+            ptx::mbarrier_wait_parity(full_bar + 8 * next.stage, next.phase);
+            ptx::fence_proxy_async_shared();
+            dequant(next.stage, 0, 0, a[0]);
+          }
         }
+        ring.advance();
       }
+      ptx::wgmma_wait_group<0>();
       __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ring.stage);
+      if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ((ring.stage + kStages - 1) % kStages));
+    } else {  // a warpgroup without m-tiles in this block still keeps the ring in step
+      for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
+        ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ring.stage);
+      }
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j)

@@ -8,17 +8,18 @@
 //   * one CTA = 2 consumer warpgroups + 1 producer warpgroup, persistent over
 //     tiles of 16 m-tiles (256 weight rows, 8 m-tiles per consumer
 //     warpgroup) x kBlockN token positions of one expert, K in stages of 128;
-//   * the producer streams each stage into a ring: the m-tiles' 1 KB code
-//     runs by bulk copy (complete_tx on the stage's full barrier), their
-//     scale words and the operand rows of the block's tokens by 16-byte
-//     cp.async (arrive.noinc on the same barrier), K-major in the 128-byte
-//     swizzle. The operand rows must be in k-slot order (operand_order.hpp:
-//     the fragment layout permutes K inside each 64-column chunk, and the
-//     dot product is invariant when both sides agree);
+//   * the producer warpgroup streams each stage into a ring with 16-byte
+//     cp.async (arrive.noinc on the stage's full barrier): the m-tiles' code
+//     runs and scale words, and the operand rows of the block's tokens,
+//     K-major in the 128-byte swizzle. The operand rows must be in k-slot
+//     order (operand_order.hpp: the fragment layout permutes K inside each
+//     64-column chunk, and the dot product is invariant when both sides
+//     agree);
 //   * each consumer warpgroup dequantizes its A fragments exactly in
 //     registers (11 integer ops per 8 codes, one BF16 multiply per two
-//     values) and issues wgmma.m64nNk16 with A from registers and the tokens
-//     as N ("swap AB"); consumers free a stage through its empty barrier;
+//     values), one sub-step ahead of its wgmma.m64nNk16 (A from registers,
+//     the tokens as N: "swap AB"); consumers free a stage through its empty
+//     barrier;
 //   * the epilogue applies g_act * g_w (and the layout's 2^8) in FP32, then
 //     SwiGLU or the routing weight, and stores like the other kernels.
 // The work list is built in the kernel from plan.offsets (experts x m-blocks

@@ -583,7 +583,7 @@ TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
   expect_partition(c, 1680);
   c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: all three queued
   ASSERT_EQ(c.count, 3);
-  EXPECT_EQ(c.candidates[1].at_most, 96 * 48);
+  EXPECT_EQ(c.candidates[1].at_most, 48 * 48);
   EXPECT_EQ(c.candidates[2].kind, K::Wgmma128);
   expect_partition(c, 8192 * 6);
   c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: wgmma from zero
