@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
       const Sm90MmaGemmConfig cfg = sm90_nvfp4_mma_gemm_config(P, E);
       const MmaWeights m1{c1.get(), s1.get(), g1}, m2{c2.get(), s2.get(), g2};
       // The backend's GEMM: run_expert_gemm's device-side choice (its kernel name in the table).
-      const ExpertGemmChoice choice = expert_gemm_choice(E, P, &m1);
+      const ExpertGemmChoice choice = expert_gemm_choice(E, P, &m1, &m2);
       qa.deq_order = rq.deq_order = choice.operand_order(offsets.get() + E);
       const char* chosen = "?";
       for (int i = 0; i < choice.count; ++i)

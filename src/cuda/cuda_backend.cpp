@@ -277,7 +277,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     const MmaWeights mma1_w = mma1_.view(), mma2_w = mma2_.view();
     const MmaWeights* frag1 = mma1_.codes.get() ? &mma1_w : nullptr;
     const MmaWeights* frag2 = mma2_.codes.get() ? &mma2_w : nullptr;
-    const ExpertGemmChoice gemm = expert_gemm_choice(local_, P, frag1);
+    const ExpertGemmChoice gemm = expert_gemm_choice(local_, P, frag1, frag2);
     q.deq_order = gemm.operand_order(offsets_.get() + local_);
     // One-pass staging (same bytes) where it applies, else the simple kernels.
     if (sm90_nvfp4_stage_supports(q)) {

@@ -58,10 +58,12 @@ ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, 
 // stream capture: kernel attributes for up to `local_experts` experts.
 void prepare_expert_gemm(int64_t local_experts);
 
-// The choice for a forward: `fragment` the fragment-layout weights or null,
+// The choice for a forward, made once for both projections (the operand
+// order must agree): gate_up / down the fragment-layout weights or null,
 // pairs_bound the most live pairs it can have (T * k, or the receive
 // capacity); reads NVFP4MOE_GEMM.
-ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const MmaWeights* fragment);
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const MmaWeights* gate_up,
+                                    const MmaWeights* down);
 
 // Queues the candidates of `choice`. plan: tiles/num_tiles and
 // offsets/local_experts filled, plan.weights the tile layout when `fragment`

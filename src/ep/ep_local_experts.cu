@@ -274,7 +274,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
   const cuda::MmaWeights* frag13 = f13.codes ? &f13 : nullptr;
   const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
-  const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13);
+  const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13, frag2);
   const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
   ep_expand_operand_kernel<<<capacity_, kThreads, 0, stream>>>(a, hidden_, ld_act_, act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");

@@ -339,7 +339,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   // The operand order the kernel reads (operand_order.hpp): k-slot order for wgmma, as the staging
   // kernels would write it for the same device-side choice.
   const MmaWeights m1{dc1.get(), ds1.get(), g1}, m2{dc2.get(), ds2.get(), g2};
-  const ExpertGemmChoice choice = expert_gemm_choice(p.E, kut.pairs_bound, has_fragment ? &m1 : nullptr);
+  const ExpertGemmChoice choice = expert_gemm_choice(p.E, kut.pairs_bound, has_fragment ? &m1 : nullptr, has_fragment ? &m2 : nullptr);
   int64_t live = 0;
   for (int32_t id : p.ids) live += id >= 0;
   using K = ExpertGemmCandidate;
@@ -597,6 +597,23 @@ TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
   c = choose_expert_gemm(384, 0, true, true, nullptr);  // nothing can be live
   ASSERT_EQ(c.count, 1);
   expect_partition(c, 0);
+}
+
+// The decode kernel only when it takes BOTH projections' K (one choice per
+// forward: the operand order of L1 and L2 must agree).
+TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
+  uint8_t byte = 0;
+  const MmaWeights l1{&byte, &byte, mma_geometry(Projection::GateUp, 1024, 512)};  // K = H = 1024: decode fits
+  const MmaWeights l2{&byte, &byte, mma_geometry(Projection::Down, 1024, 512)};    // K = I = 512: it does not
+  ASSERT_TRUE(sm90_nvfp4_mma_gemm_supports(l1.geometry));
+  ASSERT_FALSE(sm90_nvfp4_mma_gemm_supports(l2.geometry));
+  ExpertGemmChoice c = expert_gemm_choice(4, 8, &l1, &l2);
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Wgmma64);
+  const MmaWeights l2ok{&byte, &byte, mma_geometry(Projection::Down, 1024, 1024)};
+  c = expert_gemm_choice(4, 8, &l1, &l2ok);
+  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Decode);
+  EXPECT_ERROR_CONTAINS(expert_gemm_choice(4, 8, &l1, nullptr), "both projections");
 }
 
 TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
