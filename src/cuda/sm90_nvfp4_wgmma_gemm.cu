@@ -19,11 +19,12 @@ constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
 constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
 // NOTES: 384 threads start with 168 registers each (the register file is
-// split over 4 sub-partitions); the producer warpgroup drops to 72 (4 bytes
-// spill, per tile) so that the consumers can hold 2 x 64 accumulators, the A
-// buffers, addresses and the SwiGLU epilogue (at 200, 32 bytes spill).
-constexpr int kProducerRegisters = 72;
-constexpr int kConsumerRegisters = 208;
+// split over 4 sub-partitions); the producer warpgroup drops to 80 (it spills
+// at 72) so that the consumers can hold 2 x 64 accumulators, two 16-register
+// A buffers, addresses and the SwiGLU epilogue (4 bytes spill at 200, in the
+// gate/up 128 variant only).
+constexpr int kProducerRegisters = 80;
+constexpr int kConsumerRegisters = 200;
 constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
 constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
@@ -314,52 +315,44 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 
     if (live) {
-      // NOTES: software-pipelined in sub-steps u = 4 ks + q, q = (chunk c,
-      // m64 tile j): the A fragments of sub-step u + kABuffers - 1 are
-      // dequantized while the 4 wgmmas of u run, so the dequantization's
-      // latency hides behind kABuffers - 1 sub-steps of MMA. 2 buffers at
-      // 128 positions (2 x 64 accumulators leave no room for more), 4 at 64
-      // (its MMAs are half as long). A stage is released once the wgmmas of
-      // its last sub-step are done.
-      constexpr int kABuffers = kBlockN == 64 ? 4 : 2;
-      static_assert(4 % kABuffers == 0, "buffers must divide the 4 sub-steps of a stage");
-      uint32_t a[kABuffers][4][4];
+      // NOTES: software-pipelined in sub-steps q = (chunk c, m64 tile j), 4
+      // per stage: the A fragments of sub-step q + 1 are dequantized while
+      // the 4 wgmmas of q run (two 16-register A buffers; 2 x 64
+      // accumulators leave no room for more), and a stage is released once
+      // the wgmmas of its last sub-step are done.
+      uint32_t a[2][4][4];
       auto dequant = [&](int stage, int c, int j, uint32_t(&dst)[4][4]) {
         const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
         const uint32_t scales = ptx::ld_shared_u32(scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
         const uint4 frag = ptx::ld_shared_v4(code_base + stage * S::kCodeStage + (m * kStageChunks + c) * kFragBytes + lane * 16);
         dequant_fragment_chunk(frag, scales >> (16 * c), dst);
       };
-      const int64_t sub_steps = 4 * k_stages;
-      RingPosition<kStages> deq_ring = ring;  // the stage the dequantization runs in
-      ptx::mbarrier_wait_parity(full_bar + 8 * deq_ring.stage, deq_ring.phase);
+      ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
       ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
-#pragma unroll
-      for (int v = 0; v < kABuffers - 1; ++v) dequant(deq_ring.stage, v / 2, v % 2, a[v]);
+      dequant(ring.stage, 0, 0, a[0]);
       for (int64_t ks = 0; ks < k_stages; ++ks) {
         const uint32_t act_stage = act_base + ring.stage * S::kActStage;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 2 * kStageChunks; ++q) {
           const int c = q / 2, j = q % 2;
           ptx::wgmma_fence();
 #pragma unroll
           for (int s = 0; s < 4; ++s)
-            wgmma_rs<kBlockN>(acc[j], a[q % kABuffers][s],
-                              ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
+            wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
           ptx::wgmma_commit_group();
-          ptx::wgmma_wait_group<1>();  // sub-step u - 1 done: its A buffer and, at q = 0, the previous stage are free
+          ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
           if (q == 0 && ks > 0) {
             __syncwarp();
             if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ((ring.stage + kStages - 1) % kStages));
           }
-          const int qv = (q + kABuffers - 1) % 4;  // the dequantization's sub-step in its stage (unrolled: constant)
-          if (4 * ks + q + kABuffers - 1 < sub_steps) {
-            if (qv == 0) {  // it enters the next stage
-              deq_ring.advance();
-              ptx::mbarrier_wait_parity(full_bar + 8 * deq_ring.stage, deq_ring.phase);
-              ptx::fence_proxy_async_shared();
-            }
-            dequant(deq_ring.stage, qv / 2, qv % 2, a[(q + kABuffers - 1) % kABuffers]);
+          if (q + 1 < 2 * kStageChunks) {
+            dequant(ring.stage, (q + 1) / 2, (q + 1) % 2, a[(q + 1) % 2]);
+          } else if (ks + 1 < k_stages) {
+            RingPosition<kStages> next = ring;
+            next.advance();
+            ptx::mbarrier_wait_parity(full_bar + 8 * next.stage, next.phase);
+            ptx::fence_proxy_async_shared();
+            dequant(next.stage, 0, 0, a[0]);
           }
         }
         ring.advance();
