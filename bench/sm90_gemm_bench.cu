@@ -350,15 +350,13 @@ int main(int argc, char** argv) {
         sweep += buf;
       }
       const std::vector<Sm90MmaGemmConfig> decode_configs{
-           {Sm90MmaGemmConfig{1, 1, 0}, Sm90MmaGemmConfig{2, 1, 0}, Sm90MmaGemmConfig{4, 1, 0},
-            Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0},
-            Sm90MmaGemmConfig{1, 1, 0, true}, Sm90MmaGemmConfig{2, 1, 0, true}, Sm90MmaGemmConfig{1, 2, 0, true},
-            Sm90MmaGemmConfig{2, 2, 0, true}, Sm90MmaGemmConfig{4, 2, 0, true}}};
+          {Sm90MmaGemmConfig{1, 1, 0}, Sm90MmaGemmConfig{2, 1, 0}, Sm90MmaGemmConfig{4, 1, 0},
+           Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0}}};
       for (const Sm90MmaGemmConfig& c : P > 32 * E ? std::vector<Sm90MmaGemmConfig>{} : decode_configs) {
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
         const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l2, m2, c, nullptr); });
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%dx%d%s:%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, c.bulk ? "b" : "", a + b);
+        std::snprintf(buf, sizeof buf, "%s%dx%d:%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, a + b);
         sweep += buf;
       }
       // Persistent grid size (CTAs per SM) for the chosen configuration.

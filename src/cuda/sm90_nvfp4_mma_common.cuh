@@ -1,6 +1,6 @@
-// Pieces shared by the two sm90_nvfp4_mma_gemm kernels (register-direct and
-// bulk-copy): the unit scheduler, the dequantize-and-multiply step of one
-// 64-column chunk, and the K-split reduction with the fused epilogues.
+// Pieces of the sm90_nvfp4_mma_gemm kernel: the unit scheduler, the
+// dequantize-and-multiply step of one 64-column chunk, and the K-split
+// reduction with the fused epilogues.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -6,7 +6,6 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.cuh"
-#include "cuda/sm90_nvfp4_mma_gemm_bulk.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -35,36 +34,8 @@ void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream)
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_mma_gemm_kernel");
 }
 
-template <Projection P, int kNTiles, int kMTiles>
-void launch_bulk(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream) {
-  auto kernel = sm90_nvfp4_mma_gemm_bulk_kernel<P, kNTiles, kMTiles, min_blocks<kNTiles, kMTiles>()>;
-  constexpr int smem = mma_gemm::bulk_smem_bytes<kMTiles>();
-  NVFP4_CHECK((params.w.geometry.k_chunks / kWarps) / mma_gemm::kBulkStageChunks >= mma_gemm::kBulkRing,
-              "sm90_nvfp4_mma_gemm (bulk): K=", params.w.geometry.k_chunks * kMmaChunkK, " is too short for a ring of ",
-              mma_gemm::kBulkRing, " stages");
-  int device = 0, sms = 0, per_sm = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
-  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  const int64_t items_max = (params.w.geometry.m_tiles / kMTiles) * params.plan.max_tiles;
-  int64_t grid = grid_hint > 0 ? grid_hint : int64_t(sms) * std::max(1, per_sm);
-  grid = std::max<int64_t>(1, std::min(grid, items_max));
-  kernel<<<unsigned(grid), kThreads, smem, stream>>>(params);
-  NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_mma_gemm_bulk_kernel");
-}
-
 template <Projection P>
 void dispatch(const Sm90MmaGemmParams& params, const Sm90MmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.bulk) {
-    if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return launch_bulk<P, 1, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return launch_bulk<P, 2, 1>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 1 && cfg.m_tiles == 2) return launch_bulk<P, 1, 2>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 2 && cfg.m_tiles == 2) return launch_bulk<P, 2, 2>(params, cfg.grid, stream);
-    if (cfg.n_tiles == 4 && cfg.m_tiles == 2) return launch_bulk<P, 4, 2>(params, cfg.grid, stream);
-    NVFP4_FAIL("sm90_nvfp4_mma_gemm (bulk): no kernel for n_tiles=", cfg.n_tiles, " m_tiles=", cfg.m_tiles,
-               " (have 1x1, 2x1, 1x2, 2x2, 4x2)");
-  }
   if (cfg.n_tiles == 1 && cfg.m_tiles == 1) return launch<P, 1, 1>(params, cfg.grid, stream);
   if (cfg.n_tiles == 2 && cfg.m_tiles == 1) return launch<P, 2, 1>(params, cfg.grid, stream);
   if (cfg.n_tiles == 4 && cfg.m_tiles == 1) return launch<P, 4, 1>(params, cfg.grid, stream);
@@ -78,8 +49,7 @@ void dispatch(const Sm90MmaGemmParams& params, const Sm90MmaGemmConfig& cfg, cud
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c) {
-  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", grid=" << c.grid
-            << ", bulk=" << c.bulk << "}";
+  return os << "Sm90MmaGemmConfig{n_tiles=" << c.n_tiles << ", m_tiles=" << c.m_tiles << ", grid=" << c.grid << "}";
 }
 
 bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {

@@ -54,7 +54,6 @@ struct Sm90MmaGemmConfig {
   int n_tiles = 1;  // n8 token tiles per item (1, 2 or 4)
   int m_tiles = 1;  // m16 weight tiles per item sharing the activation loads (1 or 2)
   int grid = 0;     // persistent CTAs (0: sm_count x resident CTAs per SM)
-  bool bulk = false;  // weights through cp.async.bulk into a shared-memory ring (K >= 3072)
 };
 std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c);
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/ptx/sm90_mbarrier_bulk.cuh"
+#include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"
 #include "cuda/sm90_nvfp4_fragment_dequant.cuh"
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"

@@ -522,25 +522,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
                            return os.str();
                          });
 
-// The bulk-copy kernel needs K >= 3072 (a ring of 6 stages per warp).
-class Sm90MmaGemmBulk : public ::testing::TestWithParam<int64_t> {};
-
-TEST_P(Sm90MmaGemmBulk, MatchesFp64ReferenceInEveryConfiguration) {
-  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  Rng rng(seed);
-  const Problem p = make_problem(rng, GetParam(), 3072, 3072);
-  Sm90MmaGemmConfig configs[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}, {4, 2, 0}, {1, 1, 5}, {2, 2, 3}};
-  for (auto& c : configs) {
-    c.bulk = true;
-    run_and_check(p, KernelUnderTest{KernelUnderTest::Mma, c}, "mma bulk");
-  }
-}
-
-// T=1: one token; 30: token groups not a multiple of 8, several units per CTA.
-INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemmBulk, ::testing::Values(1, 30));
-
 // A NaN in one token's operand reaches that token's outputs only (spec 6).
 TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
@@ -634,7 +615,6 @@ TEST(Sm90MmaGemmHeuristic, ConfigFromTokensPerExpert) {
   const Sm90MmaGemmConfig one = sm90_nvfp4_mma_gemm_config(6, 48);
   EXPECT_EQ(one.n_tiles, 1);
   EXPECT_EQ(one.m_tiles, 1);
-  EXPECT_FALSE(one.bulk);
   const Sm90MmaGemmConfig eight = sm90_nvfp4_mma_gemm_config(384, 48);  // T=64, EP8
   EXPECT_EQ(eight.n_tiles, 2);
   EXPECT_EQ(eight.m_tiles, 2);
@@ -645,30 +625,6 @@ TEST(Sm90MmaGemmHeuristic, FitsDeepSeekShapesOnly) {
   EXPECT_TRUE(sm90_nvfp4_mma_fits(4096, 2048));   // V4-Flash
   EXPECT_FALSE(sm90_nvfp4_mma_fits(256, 128));    // the small demo layer: K not a multiple of 1024
   EXPECT_FALSE(sm90_nvfp4_mma_fits(7168, 0));
-}
-
-TEST(Sm90MmaGemmChecks, BulkRejectsShortKNamingIt) {
-  GroupedGemmPlan plan;
-  plan.projection = Projection::Down;
-  plan.n_valid = 64 * kMmaTileRows;
-  plan.act = reinterpret_cast<const __nv_bfloat16*>(&plan);  // never read: the check comes first
-  plan.act_g = plan.w_global = reinterpret_cast<const float*>(&plan);
-  plan.pair_of_pos = plan.num_tiles = reinterpret_cast<const int32_t*>(&plan);
-  plan.tiles = reinterpret_cast<const GemmTile*>(&plan);
-  plan.ld_act = 1024;
-  plan.max_tiles = 1;
-  plan.y_pair = reinterpret_cast<float*>(&plan);
-  plan.topk_weights = plan.act_g;
-  MmaGeometry g{64, 16};  // K = 1024: supported by the register kernel, too short for the ring
-  uint8_t dummy = 0;
-  Sm90MmaGemmConfig c;
-  c.bulk = true;
-  try {
-    sm90_nvfp4_mma_gemm(plan, MmaWeights{&dummy, &dummy, g}, c, nullptr);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("K=1024"), std::string::npos) << e.what();
-  }
 }
 
 TEST(Sm90MmaGemmChecks, RejectsUnsupportedKNamingIt) {

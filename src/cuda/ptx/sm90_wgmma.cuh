@@ -1,9 +1,8 @@
 // One-instruction PTX wrappers of the wgmma prefill GEMM (sm_90a):
 // warpgroup MMA with the A operand in registers and B in shared memory
 // (128-byte swizzled, K-major), its fence / commit / wait, the shared-memory
-// matrix descriptor, the generic -> async proxy fence, and the mbarrier
-// arrivals of threads and of their cp.async copies, the register budget of a
-// warpgroup (setmaxnreg) and named barriers.
+// matrix descriptor, the generic -> async proxy fence, the register budget
+// of a warpgroup (setmaxnreg) and named barriers.
 #pragma once
 
 #include <cstdint>
@@ -93,22 +92,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // Barrier `id` (1..15; 0 is __syncthreads) among `threads` threads (whole warps).
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// ---- mbarrier arrivals ---------------------------------------------------------
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// One arrival on `bar` once every cp.async this thread issued before has
-// landed; counts against the barrier's expected arrivals (.noinc).
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-// 16 bytes global -> shared through L2 only (operand rows reused by other CTAs).
-__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
 }  // namespace nvfp4moe::cuda::ptx

@@ -1,7 +1,7 @@
-// One-instruction PTX wrappers: mbarrier (init, expect-tx arrive, parity
-// wait) and the 1-D bulk copy global -> shared (cp.async.bulk, the copy
-// engine; plain sm_90) that completes on an mbarrier. Addresses are 32-bit
-// shared-window addresses (smem_addr()).
+// One-instruction PTX wrappers: mbarrier (init, arrivals of threads and of
+// their cp.async copies, parity wait), 16-byte cp.async into shared memory,
+// and shared-memory loads. Addresses are 32-bit shared-window addresses
+// (smem_addr()).
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,6 @@ __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -35,12 +31,19 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t pari
       : "memory");
 }
 
-// bytes (a multiple of 16, 16-byte aligned ends) from global to shared;
-// completion is counted on `bar` as transaction bytes.
-__device__ __forceinline__ void cp_async_bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// One arrival on `bar` once every cp.async this thread issued before has
+// landed; counts against the barrier's expected arrivals (.noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// 16 bytes global -> shared through L2 only (cp.async.cg).
+__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
