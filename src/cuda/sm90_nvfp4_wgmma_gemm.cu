@@ -32,7 +32,7 @@ constexpr int kStageK = kStageChunks * kMmaChunkK;
 constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
 constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks
 constexpr int kActAtomBytes = 128;                           // one swizzle row: 64 BF16
-constexpr int kMaxLocalExperts = 4096;                       // bounds the scheduler's shared arrays
+constexpr int kMaxLocalExperts = 2048;                       // bounds the scheduler's shared arrays (fits 227 KB)
 static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fill one 128-byte swizzle row");
 
 // Shared memory of one CTA, by named offsets from a 1024-byte aligned base.
@@ -389,13 +389,21 @@ void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, cudaSt
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
+// Raises (never lowers) a kernel's shared-memory opt-in: layers with more
+// local experts may have been prepared before, in the same process.
+template <typename Kernel>
+void allow_smem_at_least(Kernel kernel, int bytes) {
+  cudaFuncAttributes attr{};
+  NVFP4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (attr.maxDynamicSharedSizeBytes < bytes)
+    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
 template <int kBlockN>
 void prepare(int64_t local) {
   const int smem = int(Smem<kBlockN>::bytes(local));
-  NVFP4_CUDA_CHECK(cudaFuncSetAttribute(sm90_nvfp4_wgmma_gemm_kernel<Projection::GateUp, kBlockN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  NVFP4_CUDA_CHECK(cudaFuncSetAttribute(sm90_nvfp4_wgmma_gemm_kernel<Projection::Down, kBlockN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_smem_at_least(sm90_nvfp4_wgmma_gemm_kernel<Projection::GateUp, kBlockN>, smem);
+  allow_smem_at_least(sm90_nvfp4_wgmma_gemm_kernel<Projection::Down, kBlockN>, smem);
 }
 
 template <Projection P>
@@ -418,6 +426,12 @@ size_t sm90_nvfp4_wgmma_gemm_smem_bytes(int block_n, int64_t local_experts) {
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
   NVFP4_CHECK(local_experts >= 1 && local_experts <= kMaxLocalExperts, "sm90_nvfp4_wgmma_gemm: local_experts=",
               local_experts, " outside [1, ", kMaxLocalExperts, "]");
+  int device = 0, optin = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t need = std::max(Smem<64>::bytes(local_experts), Smem<128>::bytes(local_experts));
+  NVFP4_CHECK(need <= size_t(optin), "sm90_nvfp4_wgmma_gemm: ", need, " bytes of shared memory for ", local_experts,
+              " local experts exceed the device's ", optin);
   prepare<64>(local_experts);
   prepare<128>(local_experts);
 }

@@ -46,8 +46,9 @@ std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 size_t sm90_nvfp4_wgmma_gemm_smem_bytes(int block_n, int64_t local_experts);
 
 // Opts every instantiation in to the shared memory it needs for up to
-// `local_experts` experts, on the current device. Call once before launching
-// (e.g. at weight upload), not during stream capture.
+// `local_experts` experts, on the current device (raising, never lowering, an
+// earlier opt-in: layers of different sizes can share a process). Call before
+// launching (e.g. at weight upload), not during stream capture.
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts);
 
 // Queues the GEMM of `plan` (its weights/geometry/tiles fields are unused;

@@ -580,6 +580,40 @@ TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
   expect_partition(c, 0);
 }
 
+// Layers of different sizes in one process: preparing a small one after a
+// large one must not lower the large one's shared-memory opt-in (a launch with
+// 1000 local experts and no live pair must still start).
+TEST(Sm90WgmmaGemmPrepare, NeverLowersAnEarlierOptIn) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t E = 1000;
+  prepare_expert_gemm(E);
+  prepare_expert_gemm(2);
+  std::vector<int32_t> zeros(size_t(E + 1), 0);
+  auto offsets = to_device(zeros);
+  DeviceBuffer<uint8_t> codes(1024), scales(1024);
+  DeviceBuffer<__nv_bfloat16> act(1024);
+  DeviceBuffer<float> g(16), h(16);
+  DeviceBuffer<int32_t> pairs(16);
+  GroupedGemmPlan plan;
+  plan.projection = Projection::GateUp;
+  plan.n_valid = 128 * 8;  // 128 m-tiles of gate/up rows
+  plan.act = act.get();
+  plan.ld_act = 128;
+  plan.act_g = g.get();
+  plan.w_global = g.get();
+  plan.pair_of_pos = pairs.get();
+  plan.top_k = 1;
+  plan.offsets = offsets.get();
+  plan.local_experts = E;
+  plan.h_out = h.get();
+  plan.ld_h = plan.n_valid;
+  const MmaWeights w{codes.get(), scales.get(), MmaGeometry{128, 2}};
+  for (int bn : {64, 128}) {
+    EXPECT_NO_THROW(sm90_nvfp4_wgmma_gemm(plan, w, Sm90WgmmaGemmConfig{bn, 0}, nullptr)) << "block_n " << bn;
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+}
+
 // The decode kernel only when it takes BOTH projections' K (one choice per
 // forward: the operand order of L1 and L2 must agree).
 TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
