@@ -1,4 +1,5 @@
-// sm90_nvfp4_wgmma_gemm (see the header): kernel, launcher, heuristic.
+// sm90_nvfp4_wgmma_gemm (see the header): kernel and launcher. Which kernel runs
+// for a forward is decided in expert_gemm.cpp.
 #include <cuda_bf16.h>
 
 #include <algorithm>
