@@ -1,7 +1,7 @@
 // Grouping kernel: one block of 1024 threads (the pair counts of a forward are
 // at most max_tokens * k, tens of thousands): count, scan, place, list tiles.
 #include "cuda/cuda_check.hpp"
-#include "cuda/error_word.hpp"
+#include "cuda/grouping_slots.cuh"
 #include "cuda/grouping.hpp"
 
 namespace nvfp4moe::cuda {
@@ -14,25 +14,10 @@ __global__ void group_pairs_kernel(GroupingArgs a) {
   extern __shared__ int32_t sm[];
   int32_t* count = sm;                          // [local]
   int32_t* cursor = sm + a.local_experts;       // [local]
-  const int64_t pairs = a.tokens * a.top_k;
   for (int64_t e = threadIdx.x; e < a.local_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
 
-  // Classify every slot; count local ones.
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int64_t id = a.ids_i64 ? static_cast<const int64_t*>(a.topk_ids)[p]
-                                 : int64_t(static_cast<const int32_t*>(a.topk_ids)[p]);
-    const bool in_range = id >= -1 && id < a.experts;
-    if (!in_range && (atomicOr(a.error_word, kErrExpertIdOutOfRange) & kErrExpertIdOutOfRange) == 0) {
-      a.error_word[1] = uint32_t(p / a.top_k);
-      a.error_word[2] = uint32_t(p % a.top_k);
-      a.error_word[3] = uint32_t(id);
-    }
-    if (a.ids_out) a.ids_out[p] = in_range ? int32_t(id) : -1;
-    const int64_t local = id - a.first_expert;
-    a.pos_of_pair[p] = -1;
-    if (in_range && id >= 0 && local >= 0 && local < a.local_experts) atomicAdd(&count[local], 1);
-  }
+  count_local_slots(a, count);
   __syncthreads();
 
   // Exclusive scan (serial: local_experts is at most a few hundred) and the work list.
@@ -50,17 +35,7 @@ __global__ void group_pairs_kernel(GroupingArgs a) {
   }
   __syncthreads();
 
-  // Place: position = cursor[expert]++.
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int64_t id = a.ids_i64 ? static_cast<const int64_t*>(a.topk_ids)[p]
-                                 : int64_t(static_cast<const int32_t*>(a.topk_ids)[p]);
-    const int64_t local = id - a.first_expert;
-    if (id < 0 || id >= a.experts || local < 0 || local >= a.local_experts) continue;
-    const int32_t pos = atomicAdd(&cursor[local], 1);
-    a.pair_of_pos[pos] = int32_t(p);
-    a.pos_of_pair[p] = pos;
-    a.expert_of_pos[pos] = int32_t(local);
-  }
+  place_local_slots(a, cursor);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // group_pairs. For decode this takes the grouping from ~9 us (48 experts) /
 // ~22 us (384) to the cost of one small kernel.
 #include "cuda/cuda_check.hpp"
-#include "cuda/error_word.hpp"
+#include "cuda/grouping_slots.cuh"
 #include "cuda/sm90_nvfp4_group.hpp"
 
 namespace nvfp4moe::cuda {
@@ -12,10 +12,6 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ int64_t slot_id(const GroupingArgs& a, int64_t p) {
-  return a.ids_i64 ? static_cast<const int64_t*>(a.topk_ids)[p] : int64_t(static_cast<const int32_t*>(a.topk_ids)[p]);
-}
 
 // Exclusive scan of one int per thread over the block; returns the block total.
 __device__ int32_t block_exclusive_scan(int32_t v, int32_t& excl, int32_t* warp_sums) {
@@ -50,24 +46,10 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
   int32_t* count = sm;                     // [local]
   int32_t* cursor = sm + a.local_experts;  // [local]
   __shared__ int32_t warp_sums[32];
-  const int64_t pairs = a.tokens * a.top_k;
   for (int64_t e = threadIdx.x; e < a.local_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
 
-  // Classify every slot; count local ones.
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int64_t id = slot_id(a, p);
-    const bool in_range = id >= -1 && id < a.experts;
-    if (!in_range && (atomicOr(a.error_word, kErrExpertIdOutOfRange) & kErrExpertIdOutOfRange) == 0) {
-      a.error_word[1] = uint32_t(p / a.top_k);
-      a.error_word[2] = uint32_t(p % a.top_k);
-      a.error_word[3] = uint32_t(id);
-    }
-    if (a.ids_out) a.ids_out[p] = in_range ? int32_t(id) : -1;
-    const int64_t local = id - a.first_expert;
-    a.pos_of_pair[p] = -1;
-    if (in_range && id >= 0 && local >= 0 && local < a.local_experts) atomicAdd(&count[local], 1);
-  }
+  count_local_slots(a, count);
   __syncthreads();
 
   // Scan of counts and of tiles per expert, 1024 experts per round.
@@ -95,16 +77,7 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
   }
   __syncthreads();
 
-  // Place: position = cursor[expert]++.
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int64_t id = slot_id(a, p);
-    const int64_t local = id - a.first_expert;
-    if (id < 0 || id >= a.experts || local < 0 || local >= a.local_experts) continue;
-    const int32_t pos = atomicAdd(&cursor[local], 1);
-    a.pair_of_pos[pos] = int32_t(p);
-    a.pos_of_pair[p] = pos;
-    a.expert_of_pos[pos] = int32_t(local);
-  }
+  place_local_slots(a, cursor);
 }
 
 }  // namespace
