@@ -279,12 +279,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     const MmaWeights* frag2 = mma2_.codes.get() ? &mma2_w : nullptr;
     const ExpertGemmChoice gemm = expert_gemm_choice(local_, P, frag1, frag2);
     q.deq_order = gemm.operand_order(offsets_.get() + local_);
-    // One-pass staging (same bytes) where it applies, else the simple kernels.
-    if (sm90_nvfp4_stage_supports(q)) {
-      sm90_nvfp4_stage(q, s);
-    } else {
-      quantize_activations(q, s);
-    }
+    stage_activations(q, s);
 
     // 4. L1: gate/up + SwiGLU -> h [pos, I].
     const int64_t tiles_bound = std::min(max_tiles_, max_gemm_tiles(P, local_, kGemmTileTokens));
@@ -323,11 +318,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     rq.deq = hq_.get();
     rq.deq_ld = kp2_;
     rq.deq_order = q.deq_order;
-    if (sm90_nvfp4_requant_supports(rq)) {
-      sm90_nvfp4_requant(rq, s);
-    } else {
-      requantize_rows(rq, s);
-    }
+    stage_requantized_rows(rq, s);
 
     // 6. L2: down, times the routing weight -> y_pair [pair, H].
     GroupedGemmPlan l2 = l1;

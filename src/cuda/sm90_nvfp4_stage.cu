@@ -203,4 +203,20 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
   launch(s, a.rows_max, stream);
 }
 
+void stage_activations(const QuantizeActArgs& a, cudaStream_t stream) {
+  if (sm90_nvfp4_stage_supports(a)) {
+    sm90_nvfp4_stage(a, stream);
+  } else {
+    quantize_activations(a, stream);
+  }
+}
+
+void stage_requantized_rows(const RequantRowsArgs& a, cudaStream_t stream) {
+  if (sm90_nvfp4_requant_supports(a)) {
+    sm90_nvfp4_requant(a, stream);
+  } else {
+    requantize_rows(a, stream);
+  }
+}
+
 }  // namespace nvfp4moe::cuda

@@ -24,4 +24,9 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream);
 bool sm90_nvfp4_requant_supports(const RequantRowsArgs& a);
 void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream);
 
+// What callers that only want the bytes use: the fast kernel where it
+// applies, else quantize_activations / requantize_rows (the same bytes).
+void stage_activations(const QuantizeActArgs& a, cudaStream_t stream);
+void stage_requantized_rows(const RequantRowsArgs& a, cudaStream_t stream);
+
 }  // namespace nvfp4moe::cuda

@@ -6,6 +6,7 @@
 #include "cuda/expert_gemm.hpp"
 #include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
 #include "cuda/quantize_act.hpp"
 #include "cuda/shared_expert.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
@@ -264,7 +265,7 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::
   rq.deq = h_deq_.get();
   rq.deq_ld = deq_ld;
   rq.deq_order = order;
-  cuda::requantize_rows(rq, stream);
+  cuda::stage_requantized_rows(rq, stream);
 }
 
 void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {

@@ -11,7 +11,7 @@
 // run(): the CUDA backend's grouped GEMMs (run_expert_gemm: decode or wgmma
 // kernel, chosen on the device) behind their plan — the receive rows are its "tokens"
 // (top_k 1, identity pair map), scheduled from this rank's expert offsets; the L2 input is
-// requantized with the backend's requantize_rows (spec 2 bytes, dynamic per
+// requantized with the backend's stage_requantized_rows (spec 2 bytes, dynamic per
 // row or static per expert).
 // run_ref(): the scalar reference (`*_ref` in the house style): one thread
 // per output element, FP32 sums, exact dequantization; tests compare both.
