@@ -306,7 +306,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
 
   requantize_h(a, ld_h_deq_, order, stream);
 
-  cuda::GroupedGemmPlan l2;
+  cuda::GroupedGemmPlan l2 = l1;  // same positions, work list and scheduling
   l2.projection = cuda::Projection::Down;
   l2.weights = w2_tiles_.get();
   l2.geometry = cuda::packed_geometry(cuda::Projection::Down, hidden_, inter_);
@@ -314,14 +314,8 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l2.w_global = w2_global_.get();
   l2.act = h_deq_.get();
   l2.ld_act = ld_h_deq_;
-  l2.pair_of_pos = identity_.get();
-  l2.top_k = 1;
   l2.act_g = h_g_.get();
-  l2.tiles = tiles;
-  l2.num_tiles = num_tiles_.get();
-  l2.max_tiles = max_tiles_;
-  l2.offsets = a.offsets;
-  l2.local_experts = count_;
+  l2.h_out = nullptr;
   l2.y_pair = a.out;
   l2.topk_weights = a.weight;
   cuda::run_expert_gemm(l2, frag2, gemm, stream);
