@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "nvfp4moe/error.hpp"
@@ -32,14 +31,13 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
   }
   if (!has_fragment) {
     out.candidates[out.count++] = C{C::Simple, -1, all};
-    return out;  // kslot_above: never
+    return out;
   }
   if (forced && std::strcmp(forced, "decode") == 0 && decode) {
     out.candidates[out.count++] = C{C::Decode, -1, all};
     return out;
   }
   const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
-  out.kslot_above = std::min<int64_t>(decode_max, std::numeric_limits<int32_t>::max());
   const int64_t w64_max = kWgmma64MaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Wgmma64, decode_max, w64_max}, {C::Wgmma128, w64_max, all}};
   for (const C& c : ranges) {
@@ -52,13 +50,15 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_wgmma_gemm_prepare(local_experts); }
 
 OperandOrder ExpertGemmChoice::operand_order(const int32_t* live_pairs) const {
-  OperandOrder o;
-  if (count > 1) {  // decided on the device, like the kernel
-    o.live_pairs = live_pairs;
-    o.kslot_above = int32_t(kslot_above);
-  } else if (count == 1 && (candidates[0].kind == ExpertGemmCandidate::Wgmma64 ||
-                            candidates[0].kind == ExpertGemmCandidate::Wgmma128)) {
-    o.kslot_above = -1;  // always
+  // k-slot order exactly where a wgmma candidate runs: the wgmma ranges are
+  // the top ones, so the first of them starts it.
+  OperandOrder o;  // logical
+  for (int i = 0; i < count; ++i) {
+    const ExpertGemmCandidate::Kind k = candidates[i].kind;
+    if (k != ExpertGemmCandidate::Wgmma64 && k != ExpertGemmCandidate::Wgmma128) continue;
+    o.kslot_above = int32_t(candidates[i].above);
+    o.live_pairs = count > 1 ? live_pairs : nullptr;  // one candidate: no count needed
+    break;
   }
   return o;
 }

@@ -24,7 +24,6 @@
 
 #include <cstdint>
 
-#include <limits>
 
 #include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
@@ -41,8 +40,6 @@ struct ExpertGemmCandidate {
 struct ExpertGemmChoice {
   ExpertGemmCandidate candidates[3];
   int count = 0;
-  // The wgmma kernel runs iff live pairs > kslot_above (-1: always; INT32_MAX: never).
-  int64_t kslot_above = std::numeric_limits<int32_t>::max();
   // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
   OperandOrder operand_order(const int32_t* live_pairs) const;
   // Host mirror (tests): the kind that runs when `live` pairs are live.

@@ -631,6 +631,31 @@ TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
   EXPECT_ERROR_CONTAINS(expert_gemm_choice(4, 8, &l1, nullptr), "both projections");
 }
 
+// The operand order follows the kernel that will run: logical for decode and
+// the simple kernel, k-slot for wgmma, decided on the device by the same
+// threshold when several kernels are queued.
+TEST(ExpertGemmChoice, OperandOrderFollowsTheKernelThatRuns) {
+  int32_t live = 0;  // stands for the device count: only its address is taken
+  auto kslot = [](const OperandOrder& o, int64_t n) { return o.live_pairs ? n > o.kslot_above : o.kslot_above < 0; };
+  OperandOrder o = choose_expert_gemm(48, 6, true, true, nullptr).operand_order(&live);  // decode alone
+  EXPECT_EQ(o.live_pairs, nullptr);
+  EXPECT_FALSE(kslot(o, 6));
+  o = choose_expert_gemm(48, 6, true, true, "wgmma").operand_order(&live);  // wgmma alone
+  EXPECT_EQ(o.live_pairs, nullptr);
+  EXPECT_TRUE(kslot(o, 0));
+  o = choose_expert_gemm(48, 8192 * 6, false, false, nullptr).operand_order(&live);  // simple kernel
+  EXPECT_FALSE(kslot(o, 8192 * 6));
+  const ExpertGemmChoice c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);
+  o = c.operand_order(&live);
+  EXPECT_EQ(o.live_pairs, &live);
+  for (int64_t n : {int64_t(0), int64_t(16 * 48), int64_t(16 * 48 + 1), int64_t(48 * 48 + 1), int64_t(8192 * 6)}) {
+    const ExpertGemmCandidate::Kind k = c.kind_for(n);
+    EXPECT_EQ(kslot(o, n), k == ExpertGemmCandidate::Wgmma64 || k == ExpertGemmCandidate::Wgmma128) << n << " live pairs";
+  }
+  o = choose_expert_gemm(48, 8192 * 6, true, false, nullptr).operand_order(&live);  // wgmma from zero pairs
+  EXPECT_TRUE(kslot(o, 0));
+}
+
 TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, true, "decode");
