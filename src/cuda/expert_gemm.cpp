@@ -72,8 +72,7 @@ ExpertGemmCandidate::Kind ExpertGemmChoice::kind_for(int64_t live) const {
 ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const MmaWeights* gate_up,
                                     const MmaWeights* down) {
   NVFP4_CHECK(!gate_up == !down, "expert_gemm_choice: both projections or neither in the fragment layout");
-  const bool decode = gate_up && sm90_nvfp4_mma_gemm_supports(gate_up->geometry) &&
-                      sm90_nvfp4_mma_gemm_supports(down->geometry);
+  const bool decode = gate_up && sm90_nvfp4_mma_fits(gate_up->geometry, down->geometry);
   return choose_expert_gemm(local_experts, pairs_bound, gate_up != nullptr, decode, std::getenv("NVFP4MOE_GEMM"));
 }
 

@@ -56,11 +56,8 @@ bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g) {
   return g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % (kWarps * 4) == 0;
 }
 
-bool sm90_nvfp4_mma_fits(int64_t hidden, int64_t inter) {
-  if (hidden <= 0 || inter <= 0 || hidden % (kWarps * 4 * kMmaChunkK) != 0 || inter % (kWarps * 4 * kMmaChunkK) != 0)
-    return false;
-  return sm90_nvfp4_mma_gemm_supports(mma_geometry(Projection::GateUp, hidden, inter)) &&
-         sm90_nvfp4_mma_gemm_supports(mma_geometry(Projection::Down, hidden, inter));
+bool sm90_nvfp4_mma_fits(const MmaGeometry& gate_up, const MmaGeometry& down) {
+  return sm90_nvfp4_mma_gemm_supports(gate_up) && sm90_nvfp4_mma_gemm_supports(down);
 }
 
 Sm90MmaGemmConfig sm90_nvfp4_mma_gemm_config(int64_t pairs, int64_t local_experts) {

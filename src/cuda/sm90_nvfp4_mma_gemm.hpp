@@ -60,9 +60,9 @@ std::ostream& operator<<(std::ostream& os, const Sm90MmaGemmConfig& c);
 // K (chunks) must split over 4 warps in whole stages: K % 1024 == 0.
 bool sm90_nvfp4_mma_gemm_supports(const MmaGeometry& g);
 
-// Whether a layer of this H, I can use the kernel (both projections fit the
-// fragment layout and split K over 4 warps: H % 1024 == 0, I % 1024 == 0).
-bool sm90_nvfp4_mma_fits(int64_t hidden, int64_t intermediate);
+// Whether a layer can use the kernel: both projections' K split over 4 warps
+// (H % 1024 == 0 and I % 1024 == 0).
+bool sm90_nvfp4_mma_fits(const MmaGeometry& gate_up, const MmaGeometry& down);
 
 // Heuristic: token tiles from the average tokens per local expert
 // (pairs / local_experts), m-tiles per item from the same (activation reuse

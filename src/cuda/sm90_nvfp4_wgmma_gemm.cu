@@ -420,10 +420,6 @@ std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c) {
   return os << "Sm90WgmmaGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid << "}";
 }
 
-size_t sm90_nvfp4_wgmma_gemm_smem_bytes(int block_n, int64_t local_experts) {
-  return block_n == 64 ? Smem<64>::bytes(local_experts) : Smem<128>::bytes(local_experts);
-}
-
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
   NVFP4_CHECK(local_experts >= 1 && local_experts <= kMaxLocalExperts, "sm90_nvfp4_wgmma_gemm: local_experts=",
               local_experts, " outside [1, ", kMaxLocalExperts, "]");

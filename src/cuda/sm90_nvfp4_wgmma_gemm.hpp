@@ -42,9 +42,6 @@ struct Sm90WgmmaGemmConfig {
 };
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 
-// Dynamic shared memory of one CTA.
-size_t sm90_nvfp4_wgmma_gemm_smem_bytes(int block_n, int64_t local_experts);
-
 // Opts every instantiation in to the shared memory it needs for up to
 // `local_experts` experts, on the current device (raising, never lowering, an
 // earlier opt-in: layers of different sizes can share a process). Call before

@@ -680,10 +680,13 @@ TEST(Sm90MmaGemmHeuristic, ConfigFromTokensPerExpert) {
 }
 
 TEST(Sm90MmaGemmHeuristic, FitsDeepSeekShapesOnly) {
-  EXPECT_TRUE(sm90_nvfp4_mma_fits(7168, 3072));   // V4-Pro
-  EXPECT_TRUE(sm90_nvfp4_mma_fits(4096, 2048));   // V4-Flash
-  EXPECT_FALSE(sm90_nvfp4_mma_fits(256, 128));    // the small demo layer: K not a multiple of 1024
-  EXPECT_FALSE(sm90_nvfp4_mma_fits(7168, 0));
+  auto fits = [](int64_t H, int64_t I) {
+    return sm90_nvfp4_mma_fits(mma_geometry(Projection::GateUp, H, I), mma_geometry(Projection::Down, H, I));
+  };
+  EXPECT_TRUE(fits(7168, 3072));   // V4-Pro
+  EXPECT_TRUE(fits(4096, 2048));   // V4-Flash
+  EXPECT_FALSE(fits(256, 128));    // the small demo layer: K not a multiple of 1024
+  EXPECT_FALSE(mma_layout_fits(7168, 0));  // not even the fragment layout
 }
 
 TEST(Sm90MmaGemmChecks, RejectsUnsupportedKNamingIt) {
