@@ -128,46 +128,34 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
                                            int64_t mt_wg, int64_t m_tiles, int wwarp, int lane,
                                            const float (&acc)[2][kBlockN / 2]) {
   const int tig = lane % 4, grp = lane / 4;
-  if constexpr (P == Projection::GateUp) {
-    const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
+  // The expert's global weight scales: gate and up, or down.
+  const float gw0 = plan.w_global[P == Projection::GateUp ? tile.expert * 2 : tile.expert];
+  const float gw1 = P == Projection::GateUp ? plan.w_global[tile.expert * 2 + 1] : gw0;
 #pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
+  for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 8 * n + 2 * tig + c;
-        if (col >= tile.rows) continue;
-        const int32_t pos = tile.begin + col;
-        const float g = meta[col].g;
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * n + 2 * tig + c;
+      if (col >= tile.rows) continue;
+      const ColumnMeta& cm = meta[col];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int64_t mt = mt_wg + 4 * j + wwarp;
-          if (mt >= m_tiles) continue;
-          const float gate = acc[j][4 * n + c] * (g * gw_gate * kFragEpilogue);
-          const float up = acc[j][4 * n + 2 + c] * (g * gw_up * kFragEpilogue);
-          plan.h_out[int64_t(pos) * plan.ld_h + mt * 8 + grp] = swiglu_limited(gate, up, plan.has_limit, plan.limit);
+      for (int j = 0; j < 2; ++j) {
+        const int64_t mt = mt_wg + 4 * j + wwarp;
+        if (mt >= m_tiles) continue;
+        const float lo = acc[j][4 * n + c], hi = acc[j][4 * n + 2 + c];  // rows grp, grp + 8
+        if constexpr (P == Projection::GateUp) {
+          const float gate = lo * (cm.g * gw0 * kFragEpilogue);
+          const float up = hi * (cm.g * gw1 * kFragEpilogue);
+          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + mt * 8 + grp] =
+              swiglu_limited(gate, up, plan.has_limit, plan.limit);
+        } else {
+          const float alpha = cm.g * gw0 * kFragEpilogue;
+          float* y = plan.y_pair + int64_t(cm.pair) * plan.n_valid + mt * kMmaTileRows + grp;
+          y[0] = lo * alpha * cm.wj;
+          y[8] = hi * alpha * cm.wj;
         }
       }
-  } else {
-    const float gw = plan.w_global[tile.expert];
-#pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = 8 * n + 2 * tig + c;
-        if (col >= tile.rows) continue;
-        const ColumnMeta& cm = meta[col];
-        const int32_t pair = cm.pair;
-        const float alpha = cm.g * gw * kFragEpilogue, wj = cm.wj;
-        float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int64_t mt = mt_wg + 4 * j + wwarp;
-          if (mt >= m_tiles) continue;
-          yrow[mt * kMmaTileRows + grp] = acc[j][4 * n + c] * alpha * wj;
-          yrow[mt * kMmaTileRows + 8 + grp] = acc[j][4 * n + 2 + c] * alpha * wj;
-        }
-      }
-  }
+    }
 }
 
 template <Projection P, int kBlockN>
