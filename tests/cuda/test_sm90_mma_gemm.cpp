@@ -689,6 +689,53 @@ TEST(Sm90MmaGemmHeuristic, FitsDeepSeekShapesOnly) {
   EXPECT_FALSE(mma_layout_fits(7168, 0));  // not even the fragment layout
 }
 
+// The wgmma launcher's checks come before any CUDA call: host only. Each bad
+// plan is a valid one with one thing changed, and the error names it.
+TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
+  alignas(16) static uint8_t bytes[64] = {};
+  const auto* any_f = reinterpret_cast<const float*>(bytes);
+  const auto* any_i = reinterpret_cast<const int32_t*>(bytes);
+  GroupedGemmPlan good;
+  good.projection = Projection::Down;
+  good.n_valid = 4 * kMmaTileRows;
+  good.act = reinterpret_cast<const __nv_bfloat16*>(bytes);
+  good.ld_act = 128;
+  good.act_g = good.w_global = good.topk_weights = any_f;
+  good.pair_of_pos = good.offsets = any_i;
+  good.local_experts = 3;
+  good.y_pair = reinterpret_cast<float*>(bytes);
+  const MmaWeights w{bytes, bytes, MmaGeometry{4, 2}};  // 64 rows, K = 128
+  const Sm90WgmmaGemmConfig cfg{128, 0};
+  GroupedGemmPlan p = good;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, MmaWeights{bytes, bytes, MmaGeometry{4, 1}}, cfg, nullptr), "K=64");
+  p.n_valid = 60;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "n_valid=60");
+  p = good;
+  p.ld_act = 120;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "stride 120");
+  p = good;
+  p.local_experts = 0;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "got 0");
+  p = good;
+  p.offsets = nullptr;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "offsets null");
+  p = good;
+  p.act = reinterpret_cast<const __nv_bfloat16*>(bytes + 4);
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "16-byte aligned");
+  p = good;
+  p.y_pair = nullptr;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "y_pair");
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, MmaWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
+  EXPECT_ERROR_CONTAINS(prepare_expert_gemm(0), "local_experts=0");
+  EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
+  p = good;
+  p.offsets = nullptr;
+  EXPECT_ERROR_CONTAINS(run_expert_gemm(p, &w, choose_expert_gemm(3, 6, true, false, nullptr), nullptr),
+                        "plan.offsets");
+  EXPECT_ERROR_CONTAINS(run_expert_gemm(good, nullptr, choose_expert_gemm(3, 6, true, false, nullptr), nullptr),
+                        "fragment-layout weights");
+}
+
 TEST(Sm90MmaGemmChecks, RejectsUnsupportedKNamingIt) {
   GroupedGemmPlan plan;
   plan.projection = Projection::Down;
