@@ -121,7 +121,7 @@ if has_step profile; then
   for T in ${PROFILE_TOKENS:-1 2048}; do
     set +e
     timeout 200 ncu --section SpeedOfLight --csv \
-      --kernel-name regex:'sm90_nvfp4|group_pairs|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
+      --kernel-name regex:'sm90_nvfp4|stage_rows|group_pairs|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
       "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$T" --iters 1 --warmup 0 --no-ceilings \
       > "$OUT/ncu_T$T.csv" 2> "$OUT/ncu_T$T.err"
     set -e

@@ -1,4 +1,5 @@
 // Combine and element-wise kernels (see combine.hpp).
+#include <cstdint>
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/swiglu.cuh"
@@ -8,8 +9,11 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kSlotBatch = 8;  // slots whose loads are in flight together
 
-__global__ void combine_kernel(CombineArgs a) {
+// Scalar reference: one element per thread. Used when rows are not 16-byte
+// aligned or H % 4 != 0, and by the tests as the reference of the vector kernel.
+__global__ void combine_ref_kernel(CombineArgs a) {
   const int64_t t = blockIdx.y;
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= a.hidden) return;
@@ -21,6 +25,51 @@ __global__ void combine_kernel(CombineArgs a) {
   if (a.shared) sum += a.shared[t * a.hidden + n];
   a.y[t * a.hidden + n] = __float2bfloat16_rn(sum);
 }
+
+// One CTA per token, 4 columns per thread and step. The slots' live flags are
+// read once per CTA; then the loads of up to kSlotBatch slots are issued
+// together (predicated, independent) before they are summed in slot order, so
+// each thread has many loads in flight instead of a chain of flag -> row
+// loads per slot (the reference kernel's latency bound). Same sums, same
+// order, same rounding as combine_ref_kernel.
+__global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
+  const int64_t t = blockIdx.x;
+  const int64_t cols4 = a.hidden / 4;
+  const float4* yp = reinterpret_cast<const float4*>(a.y_pair) + t * a.top_k * cols4;
+  const float4* sh = a.shared ? reinterpret_cast<const float4*>(a.shared) + t * cols4 : nullptr;
+  uint2* out = reinterpret_cast<uint2*>(a.y + t * a.hidden);
+  for (int64_t c = threadIdx.x; c < cols4; c += kThreads) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j0 = 0; j0 < a.top_k; j0 += kSlotBatch) {
+      float4 v[kSlotBatch];
+      bool live[kSlotBatch];
+#pragma unroll
+      for (int j = 0; j < kSlotBatch; ++j) {
+        live[j] = j0 + j < a.top_k && a.pos_of_pair[t * a.top_k + j0 + j] >= 0;
+        if (live[j]) v[j] = __ldcs(yp + int64_t(j0 + j) * cols4 + c);  // read once: do not keep in L2
+      }
+#pragma unroll
+      for (int j = 0; j < kSlotBatch; ++j)
+        if (live[j]) {
+          sum.x += v[j].x;
+          sum.y += v[j].y;
+          sum.z += v[j].z;
+          sum.w += v[j].w;
+        }
+    }
+    if (sh) {
+      const float4 s = sh[c];
+      sum.x += s.x;
+      sum.y += s.y;
+      sum.z += s.z;
+      sum.w += s.w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y), hi = __floats2bfloat162_rn(sum.z, sum.w);
+    out[c] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -40,11 +89,26 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(4096, std::max<
 
 }  // namespace
 
+bool combine_vectorized(const CombineArgs& a) {
+  return a.hidden % 4 == 0 && aligned16(a.y_pair) && (!a.shared || aligned16(a.shared)) &&
+         (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
+}
+
+void combine_slots_ref(const CombineArgs& a, cudaStream_t stream) {
+  if (a.tokens == 0) return;
+  NVFP4_CHECK(a.tokens <= 65535, "combine_slots_ref: token count ", a.tokens, " above the grid limit 65535");
+  const dim3 grid(unsigned(ceil_div(a.hidden, kThreads)), unsigned(a.tokens));
+  combine_ref_kernel<<<grid, kThreads, 0, stream>>>(a);
+  NVFP4_CUDA_CHECK_LAUNCH("combine_ref_kernel");
+}
+
 void combine_slots(const CombineArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return;
-  NVFP4_CHECK(a.tokens <= 65535, "combine: token count ", a.tokens, " above the grid limit 65535");
-  const dim3 grid(unsigned(ceil_div(a.hidden, kThreads)), unsigned(a.tokens));
-  combine_kernel<<<grid, kThreads, 0, stream>>>(a);
+  NVFP4_CHECK(a.top_k > 0 && a.hidden > 0, "combine_slots: top_k ", a.top_k, " and hidden ", a.hidden,
+              " must be positive");
+  if (!combine_vectorized(a)) return combine_slots_ref(a, stream);
+  NVFP4_CHECK(a.tokens <= int64_t(INT32_MAX), "combine_slots: token count ", a.tokens, " above the grid limit");
+  combine_kernel<<<unsigned(a.tokens), kThreads, 0, stream>>>(a);
   NVFP4_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 

@@ -19,7 +19,11 @@ struct CombineArgs {
   int top_k = 0;
   __nv_bfloat16* y = nullptr;          // [T, H]
 };
+// Vectorized when H % 4 == 0 and the rows are aligned (combine_vectorized),
+// else the scalar reference; both give the same bytes.
 void combine_slots(const CombineArgs& args, cudaStream_t stream);
+bool combine_vectorized(const CombineArgs& args);
+void combine_slots_ref(const CombineArgs& args, cudaStream_t stream);
 
 // x [n] f32 -> BF16 (RNE).
 void f32_to_bf16(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream);
