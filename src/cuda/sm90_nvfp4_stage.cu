@@ -45,8 +45,19 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* v) {
   }
 }
 
+// Word w (a BF16 column pair) of 64-column chunk c sits in the shared row at
+// c * 32 + (w ^ 4 * (c % 8)): the 4 threads of a chunk write the words
+// 4 j + t of their step j, so without the XOR the 8 chunks of a warp would
+// hit the same 4 banks; the XOR keeps each group of 4 words (one 16-byte
+// store unit) together.
+__device__ __forceinline__ int kslot_smem_word(int col_pair) {
+  const int c = col_pair / 32, w = col_pair % 32;
+  return c * 32 + (w ^ (4 * (c % 8)));
+}
+
 __global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __grid_constant__ StageRows a) {
   __shared__ float warp_amax[kMaxBlocksPerRow / 32];
+  extern __shared__ uint32_t kslot_row[];  // the row's BF16 pairs in k-slot order (k-slot staging only)
   const int64_t row = blockIdx.x;
   if (a.num_rows && row >= *a.num_rows) return;
   const int kb = int(a.cols / kBlock), b = int(threadIdx.x), lane = b % 32, warp = b / 32;
@@ -91,14 +102,15 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __gr
   }
   if (b == 0) a.g_out[row] = g;
 
+  const bool kslot = a.deq && a.deq_order.kslot();
   if (live) {
-    // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d).
+    // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d)
+    // (quantize_block_codes: the same bytes without a division per element).
     const uint8_t s = block_scale_byte(amax, g);
     const float d = block_dequant_factor(s, g);
     const float sv = e4m3_value(s);
     uint8_t q[kBlock];
-#pragma unroll
-    for (int i = 0; i < kBlock; ++i) q[i] = quantize_element(v[i], d);
+    quantize_block_codes(v, amax, d, q);
     if (a.codes) {
       uint32_t w[2] = {0, 0};
 #pragma unroll
@@ -116,16 +128,21 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __gr
         const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
         o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
       }
-      if (a.deq_order.kslot()) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
-        uint32_t* dst = reinterpret_cast<uint32_t*>(a.deq + row * a.deq_ld);
+      if (kslot) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
 #pragma unroll
-        for (int j = 0; j < 8; ++j) dst[operand_kslot_column(b * kBlock + 2 * j) / 2] = o[j];
+        for (int j = 0; j < 8; ++j) kslot_row[kslot_smem_word(int(operand_kslot_column(b * kBlock + 2 * j) / 2))] = o[j];
       } else {
         uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
         dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
         dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
       }
     }
+  }
+  if (kslot) {  // the shared row out in 16-byte units (4 pairs of one k-slot step)
+    __syncthreads();
+    uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld);
+    for (int u = b; u < int(a.cols / 8); u += int(blockDim.x))
+      dst[u] = *reinterpret_cast<const uint4*>(&kslot_row[kslot_smem_word(4 * u)]);
   }
   if (a.deq)
     for (int64_t i = a.cols + b; i < a.deq_ld; i += blockDim.x) a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
@@ -136,7 +153,13 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const int kb = int(s.cols / kBlock);
   const int threads = int(round_up(kb, 32));
-  stage_rows_kernel<<<unsigned(rows), unsigned(threads), 0, stream>>>(s);
+  // k-slot order goes through shared memory (the order is decided on the
+  // device, so the bytes are reserved whenever the order may be k-slot).
+  const bool may_kslot = s.deq && (s.deq_order.live_pairs || s.deq_order.kslot_above < 0);
+  NVFP4_CHECK(!may_kslot || s.cols % kMmaChunkK == 0, "sm90_nvfp4_stage: k-slot order needs K a multiple of ",
+              kMmaChunkK, ", got K=", s.cols);
+  const size_t smem = may_kslot ? size_t(s.cols) * 2 : 0;
+  stage_rows_kernel<<<unsigned(rows), unsigned(threads), smem, stream>>>(s);
   NVFP4_CUDA_CHECK_LAUNCH("stage_rows_kernel");
 }
 

@@ -20,6 +20,13 @@
 #else
 #define NVFP4_HD inline
 #endif
+#if defined(__CUDA_ARCH__)  // the device pass; host compilers do not know the pragma
+#define NVFP4_UNROLL _Pragma("unroll")
+#define NVFP4_NO_UNROLL _Pragma("unroll 1")
+#else
+#define NVFP4_UNROLL
+#define NVFP4_NO_UNROLL
+#endif
 
 namespace nvfp4moe::fmt {
 
@@ -58,15 +65,15 @@ NVFP4_HD uint32_t float_to_bits(float f) {
 
 NVFP4_HD bool is_finite(float f) { return (float_to_bits(f) & 0x7f800000u) != 0x7f800000u; }
 
-// Magnitude of E2M1 index m (0..7): {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-NVFP4_HD float e2m1_magnitude(int m) {
-  return m < 2 ? 0.5f * float(m) : float(2 + (m & 1)) * float(1 << (m >> 1)) * 0.25f;
-}
-
-// Value of a 4-bit E2M1 code (only the low 4 bits are read).
+// Value of a 4-bit E2M1 code (only the low 4 bits are read): magnitudes
+// {0, 0.5, 1, 1.5, 2, 3, 4, 6}. As bits: codes 2..7 are 2^(e-1)(1 + m/2), the
+// FP32 with exponent e + 126 and mantissa bit m, i.e. (c << 22) + 0x3F000000;
+// 0.5 and 0 are the subnormal codes. Branch-free: the staging kernels call it
+// per element.
 NVFP4_HD float e2m1_value(uint8_t code) {
-  float mag = e2m1_magnitude(code & 7);
-  return (code & 8) ? -mag : mag;
+  const uint32_t c = code & 7u;
+  const uint32_t mag = c >= 2u ? (c << 22) + 0x3f000000u : c * 0x3f000000u;
+  return bits_to_float(mag | (uint32_t(code & 8u) << 28));
 }
 
 // Nearest E2M1 code of v: ties to the even index, saturating at 6, sign bit
@@ -126,8 +133,14 @@ NVFP4_HD float global_scale_from_amax(float amax) {
 
 // max(a, |x|) that propagates NaN (fmaxf would drop it).
 NVFP4_HD float abs_max_nan(float a, float x) {
+#if defined(__CUDA_ARCH__)
+  float r;  // one instruction (sm_80+); NaN-ness as below, the NaN's payload may differ
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(fabsf(x)));
+  return r;
+#else
   float ax = x < 0.0f ? -x : x;
   return (ax > a || ax != ax) ? ax : a;
+#endif
 }
 
 // The block scale byte for a block with max |x| = amax_b under global scale g
@@ -144,6 +157,93 @@ NVFP4_HD float block_dequant_factor(uint8_t scale_byte, float g) { return e4m3_v
 // Code of element x under dequant factor d: 0 when d == 0, else e2m1(x / d).
 NVFP4_HD uint8_t quantize_element(float x, float d) {
   return d == 0.0f ? uint8_t(0) : e2m1_from_float(x / d);
+}
+
+// ---- The fast exact path of quantize_element (the CUDA staging kernels) ----
+// Same bytes as quantize_element, without a division per element: one
+// reciprocal per block, then per element a multiply, two Newton corrections
+// (FMA) and an integer E2M1 encode. Tested against quantize_element on the
+// CPU (tests/format/test_fast_quantize.cpp); the host and device share it.
+
+NVFP4_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);  // never contracted into an FMA
+#else
+  return a * b;
+#endif
+}
+
+NVFP4_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
+// RN(1 / d), correctly rounded.
+NVFP4_HD float reciprocal_rn(float d) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(d);
+#else
+  return 1.0f / d;
+#endif
+}
+
+// The domain where quotient_rn(x, d, reciprocal_rn(d)) == x / d: a finite
+// block (amax_b) whose dequant factor d and quotients stay well inside the
+// normal range (block check), and elements that are 0 or not tiny (element
+// check). Outside it (zero, subnormal or huge d, NaN/Inf blocks, elements
+// below 2^-60) the caller takes quantize_element.
+NVFP4_HD bool fast_quotient_block_ok(float amax_b, float d) {
+  return d >= 0x1p-60f && d <= 0x1p60f && amax_b <= d * 0x1p60f;  // false for NaN amax_b; Inf fails the last
+}
+NVFP4_HD bool fast_quotient_element_ok(float x) {
+  const uint32_t a = float_to_bits(x) & 0x7fffffffu;
+  return a - 1u >= 0x21800000u - 1u;  // a == 0 (wraps to the top) or |x| >= 2^-60 (0x21800000)
+}
+
+// RN(x / d) given y = RN(1 / d), inside the domain above. q = RN(x*y) is
+// within 3 ulp of x/d; one Newton step (r = x - d*q exact enough, q += r*y)
+// makes it faithful (< 1 ulp); with a faithful q and y = RN(1/d), Markstein's
+// theorem makes the second step's residual exact and its result RN(x/d).
+NVFP4_HD float quotient_rn(float x, float d, float y) {
+  float q = mul_rn(x, y);
+  float r = fma_rn(-d, q, x);
+  q = fma_rn(r, y, q);
+  r = fma_rn(-d, q, x);
+  return fma_rn(r, y, q);
+}
+
+// e2m1_from_float for a finite v with integer operations instead of seven
+// compares. |v| >= 1: keep one mantissa bit, rounding half to even on the
+// FP32 bits, code = 2 * (exponent + 1) + bit, saturating at 7; |v| < 1: the
+// grid is 0.5, code = RN(2|v|), computed exactly as 2|v| + 2^23.
+NVFP4_HD uint8_t e2m1_from_finite(float v) {
+  const uint32_t a = float_to_bits(v) & 0x7fffffffu;
+  const uint32_t above_one = ((a + 0x1fffffu + ((a >> 22) & 1u)) >> 22) - 252u;
+  const uint32_t below_one = float_to_bits(bits_to_float(a) * 2.0f + 8388608.0f) - 0x4b000000u;
+  uint32_t m = a < 0x3f800000u ? below_one : (above_one < 7u ? above_one : 7u);
+  return uint8_t(m | (v < 0.0f ? 8u : 0u));
+}
+
+// The 16 codes of a block with max |x| = amax_b and dequant factor d, as
+// quantize_element gives them: the fast path where its domain allows, else
+// the division per element.
+NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float d, uint8_t (&q)[kBlock]) {
+  bool fast = fast_quotient_block_ok(amax_b, d);
+  if (fast) {
+    const float y = reciprocal_rn(d);
+    NVFP4_UNROLL
+    for (int i = 0; i < kBlock; ++i) {
+      fast = fast && fast_quotient_element_ok(x[i]);
+      q[i] = e2m1_from_finite(quotient_rn(x[i], d, y));
+    }
+  }
+  if (!fast) {
+    NVFP4_NO_UNROLL
+    for (int i = 0; i < kBlock; ++i) q[i] = quantize_element(x[i], d);
+  }
 }
 
 }  // namespace nvfp4moe::fmt

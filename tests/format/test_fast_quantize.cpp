@@ -1,0 +1,156 @@
+// The fast exact quantization path of the CUDA staging kernels (nvfp4_codec.hpp:
+// quotient_rn, e2m1_from_finite, the domain checks), run here on the CPU where
+// every case can be compared with the spec's literal operations: x / d and
+// the seven-compare E2M1 encode. The same header is compiled into the kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::fmt {
+namespace {
+
+using test::Rng;
+
+// Every float with |v| in [2^-4, 16) (both signs: the whole range where the
+// code changes), then random bit patterns over all finite floats.
+TEST(FastQuantize, IntegerEncodeEqualsSevenCompareEncode) {
+  int64_t bad = 0;
+  auto check = [&](uint32_t bits) {
+    const float v = bits_to_float(bits);
+    if (!is_finite(v)) return;
+    const uint8_t want = e2m1_from_float(v), got = e2m1_from_finite(v);
+    if (want != got && ++bad <= 5) ADD_FAILURE() << "v=" << v << " (0x" << std::hex << bits << "): got " << int(got)
+                                                  << ", want " << int(want);
+  };
+  for (uint32_t b = 0x3d800000u; b < 0x41800000u; ++b) {
+    check(b);
+    check(b | 0x80000000u);
+  }
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  for (int i = 0; i < 4000000; ++i) check(uint32_t(rng.next()));
+  for (uint32_t b : {0x0u, 0x80000000u, 0x1u, 0x80000001u, 0x7f7fffffu, 0xff7fffffu}) check(b);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(FastQuantize, IntegerEncodeHandCases) {
+  // Ties go to the even code; -0 and tiny negatives keep the spec's sign rule.
+  EXPECT_EQ(e2m1_from_finite(0.25f), 0);
+  EXPECT_EQ(e2m1_from_finite(0.75f), 2);
+  EXPECT_EQ(e2m1_from_finite(1.25f), 2);
+  EXPECT_EQ(e2m1_from_finite(1.75f), 4);
+  EXPECT_EQ(e2m1_from_finite(2.5f), 4);
+  EXPECT_EQ(e2m1_from_finite(3.5f), 6);
+  EXPECT_EQ(e2m1_from_finite(5.0f), 6);
+  EXPECT_EQ(e2m1_from_finite(5.0001f), 7);
+  EXPECT_EQ(e2m1_from_finite(1e30f), 7);
+  EXPECT_EQ(e2m1_from_finite(-6.0f), 15);
+  EXPECT_EQ(e2m1_from_finite(-0.0f), 0);
+  EXPECT_EQ(e2m1_from_finite(-0.1f), 8);
+  EXPECT_EQ(e2m1_from_finite(-0.26f), 9);
+}
+
+// A dequant factor as the staging kernels make it: an E4M3 scale byte times a
+// global scale drawn over a wide range (both in and out of the fast domain).
+float random_d(Rng& rng) {
+  const uint8_t s = uint8_t(1 + rng.below(126));  // 0x01..0x7E: every finite positive E4M3
+  const float g = std::ldexp(1.0f + float(rng.uniform()), int(rng.below(180)) - 90);
+  return e4m3_value(s) * g;
+}
+
+// quotient_rn == x / d bit for bit wherever the domain checks accept, on
+// random quotients, quotients at and around every rounding boundary of E2M1
+// (the thresholds and their neighbours a few ulp away) and random elements
+// over the whole accepted range.
+TEST(FastQuantize, QuotientIsTheCorrectlyRoundedDivisionInItsDomain) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const float boundaries[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f};
+  int64_t checked = 0, bad = 0;
+  auto check = [&](float x, float d) {
+    if (!fast_quotient_block_ok(std::fabs(x), d) || !fast_quotient_element_ok(x)) return;
+    ++checked;
+    const float want = x / d, got = quotient_rn(x, d, reciprocal_rn(d));
+    if (float_to_bits(want) != float_to_bits(got) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "x=" << x << " d=" << d << ": got " << got << ", want " << want;
+    if (e2m1_from_finite(got) != e2m1_from_float(want) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "x=" << x << " d=" << d << ": code differs";
+  };
+  constexpr int kIters = 10000000;
+  for (int i = 0; i < kIters; ++i) {
+    const float d = random_d(rng);
+    // A quotient near a boundary: the boundary times d, nudged by up to 4 ulp.
+    const float t = boundaries[rng.below(14)];
+    float x = t * d;
+    for (int k = int(rng.below(9)) - 4; k != 0; k += k > 0 ? -1 : 1) x = std::nextafter(x, k > 0 ? INFINITY : 0.0f);
+    check(rng.below(2) ? x : -x, d);
+    // A random quotient in [0, 8) and a random element of any accepted size.
+    check(float(rng.uniform()) * 8.0f * d, d);
+    check(std::ldexp(float(rng.uniform()) + 0.5f, int(rng.below(240)) - 120), d);
+  }
+  EXPECT_GT(checked, kIters);  // over a third of the 3 cases a round fall inside the domain
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
+  EXPECT_TRUE(fast_quotient_block_ok(6.0f, 1.0f));
+  EXPECT_FALSE(fast_quotient_block_ok(0.0f, 0.0f));                   // d == 0: the all-zero block
+  EXPECT_FALSE(fast_quotient_block_ok(1.0f, 0x1p-61f));               // tiny d
+  EXPECT_FALSE(fast_quotient_block_ok(1.0f, 0x1p61f));                // huge d
+  EXPECT_FALSE(fast_quotient_block_ok(0x1p62f, 2.0f));                // quotient above 2^60
+  EXPECT_FALSE(fast_quotient_block_ok(std::nanf(""), 1.0f));          // NaN block
+  EXPECT_FALSE(fast_quotient_block_ok(INFINITY, 1.0f));               // Inf block
+  EXPECT_TRUE(fast_quotient_element_ok(0.0f));
+  EXPECT_TRUE(fast_quotient_element_ok(-0.0f));
+  EXPECT_TRUE(fast_quotient_element_ok(0x1p-60f));
+  EXPECT_TRUE(fast_quotient_element_ok(-3.0f));
+  EXPECT_FALSE(fast_quotient_element_ok(0x1.fffffep-61f));
+  EXPECT_FALSE(fast_quotient_element_ok(-1e-30f));
+  EXPECT_FALSE(fast_quotient_element_ok(1e-45f));  // subnormal
+}
+
+// Whole blocks: quantize_block_codes == quantize_element per element, on
+// blocks that take the fast path, blocks that fall back (a tiny element, NaN,
+// Inf, zero, huge or tiny d) and blocks mixing both kinds of element.
+TEST(FastQuantize, BlockCodesEqualQuantizeElement) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  int64_t bad = 0;
+  for (int it = 0; it < 200000; ++it) {
+    float x[kBlock];
+    const float mag = std::ldexp(1.0f, int(rng.below(200)) - 100);
+    for (float& v : x) v = rng.normal() * mag;
+    switch (rng.below(8)) {
+      case 0: x[rng.below(kBlock)] = 0x1p-70f; break;             // one tiny element: fallback
+      case 1: x[rng.below(kBlock)] = std::nanf(""); break;          // NaN block
+      case 2: x[rng.below(kBlock)] = -INFINITY; break;              // Inf block
+      case 3: for (float& v : x) v = 0.0f; break;                   // zero block: d == 0
+      case 4: x[rng.below(kBlock)] = 0.0f; x[rng.below(kBlock)] = -0.0f; break;  // zeros stay fast
+      default: break;
+    }
+    float amax = 0.0f;
+    for (float v : x) amax = abs_max_nan(amax, v);
+    const float g = rng.below(2) ? global_scale_from_amax(amax * float(1 + rng.below(4)))
+                                 : std::ldexp(1.0f, int(rng.below(60)) - 30);  // dynamic-like or static
+    const uint8_t s = block_scale_byte(amax, is_finite(g) ? g : 1.0f);
+    const float d = block_dequant_factor(s, is_finite(g) ? g : 1.0f);
+    uint8_t q[kBlock];
+    quantize_block_codes(x, amax, d, q);
+    for (int i = 0; i < kBlock; ++i)
+      if (q[i] != quantize_element(x[i], d) && ++bad <= 5)
+        ADD_FAILURE() << std::hexfloat << "x=" << x[i] << " d=" << d << ": got " << int(q[i]) << ", want "
+                      << int(quantize_element(x[i], d));
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+}  // namespace
+}  // namespace nvfp4moe::fmt
