@@ -2,6 +2,7 @@
 // x / d is an IEEE division as the spec's order of operations requires.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
@@ -14,7 +15,7 @@ namespace {
 
 using namespace nvfp4moe::fmt;
 
-constexpr int kMaxBlocksPerRow = 1024;  // one thread per 16-element block
+constexpr int kMaxBlocksPerRow = 512;  // one thread per 16-element block: K <= 8192 (larger K: quantize_activations)
 
 // Both entry points reduced to one description of the rows to stage.
 struct StageRows {
@@ -45,6 +46,41 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* v) {
   }
 }
 
+// A thread's 16 input values as loaded: 32 bytes (BF16) or 64 bytes (FP32).
+template <bool kBf16>
+struct RawBlock {
+  uint4 u[kBf16 ? 2 : 4];
+};
+
+template <bool kBf16>
+__device__ __forceinline__ void load_block(const StageRows& a, int64_t row, int b, RawBlock<kBf16>& r) {
+  if constexpr (kBf16) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + row * a.ld_x + b * kBlock);
+    r.u[0] = __ldcs(p);  // read once
+    r.u[1] = __ldcs(p + 1);
+  } else {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(a.x) + row * a.ld_x + b * kBlock);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.u[i] = __ldcs(p + i);
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void unpack_block(const RawBlock<kBf16>& r, float (&v)[kBlock]) {
+  if constexpr (kBf16) {
+    bf16x8_to_float(r.u[0], v);
+    bf16x8_to_float(r.u[1], v + 8);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[4 * i] = __uint_as_float(r.u[i].x);
+      v[4 * i + 1] = __uint_as_float(r.u[i].y);
+      v[4 * i + 2] = __uint_as_float(r.u[i].z);
+      v[4 * i + 3] = __uint_as_float(r.u[i].w);
+    }
+  }
+}
+
 // Word w (a BF16 column pair) of 64-column chunk c sits in the shared row at
 // c * 32 + (w ^ 4 * (c % 8)): the 4 threads of a chunk write the words
 // 4 j + t of their step j, so without the XOR the 8 chunks of a warp would
@@ -55,97 +91,93 @@ __device__ __forceinline__ int kslot_smem_word(int col_pair) {
   return c * 32 + (w ^ (4 * (c % 8)));
 }
 
-__global__ void __launch_bounds__(kMaxBlocksPerRow) stage_rows_kernel(const __grid_constant__ StageRows a) {
-  __shared__ float warp_amax[kMaxBlocksPerRow / 32];
-  extern __shared__ uint32_t kslot_row[];  // the row's BF16 pairs in k-slot order (k-slot staging only)
-  const int64_t row = blockIdx.x;
-  if (a.num_rows && row >= *a.num_rows) return;
+// Persistent: CTA c stages rows c, c + grid, ... with one thread per 16-value
+// block; the next row's loads are issued before the current row is
+// quantized, so a CTA always has a row in flight (one row per CTA lifetime
+// was latency bound: load, reduce, barrier, quantize, store in series).
+// Shared state is double-buffered by row parity: two barriers per row.
+template <bool kBf16>
+__global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const __grid_constant__ StageRows a,
+                                                                       int64_t rows_max) {
+  __shared__ float warp_amax[2][kMaxBlocksPerRow / 32];
+  extern __shared__ uint32_t kslot_rows[];  // two rows of BF16 pairs in k-slot order (k-slot staging only)
+  const int64_t rows = a.num_rows ? (int64_t(*a.num_rows) < rows_max ? int64_t(*a.num_rows) : rows_max) : rows_max;
   const int kb = int(a.cols / kBlock), b = int(threadIdx.x), lane = b % 32, warp = b / 32;
   const bool live = b < kb;
-
-  // The block's 16 values, loaded once.
-  float v[kBlock];
-  float amax = 0.0f;
-  if (live) {
-    if (a.x_bf16) {
-      const uint4* p = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + row * a.ld_x + b * kBlock);
-      bf16x8_to_float(__ldg(p), v);
-      bf16x8_to_float(__ldg(p + 1), v + 8);
-    } else {
-      const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + row * a.ld_x + b * kBlock);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 f = __ldg(p + i);
-        v[4 * i] = f.x;
-        v[4 * i + 1] = f.y;
-        v[4 * i + 2] = f.z;
-        v[4 * i + 3] = f.w;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kBlock; ++i) amax = abs_max_nan(amax, v[i]);
-  }
-
-  // Row amax (NaN-propagating) -> the row's global scale.
-  float m = amax;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = abs_max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) warp_amax[warp] = m;
-  __syncthreads();
-  float g;
-  if (a.per_row) {
-    float r = 0.0f;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[w]);
-    g = global_scale_from_amax(r);
-  } else {
-    g = a.static_g_per_expert ? a.static_g_per_expert[a.row_expert[row]] : a.static_g;
-  }
-  if (b == 0) a.g_out[row] = g;
-
   const bool kslot = a.deq && a.deq_order.kslot();
-  if (live) {
-    // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d)
-    // (quantize_block_codes: the same bytes without a division per element).
-    const uint8_t s = block_scale_byte(amax, g);
-    const float d = block_dequant_factor(s, g);
-    const float sv = e4m3_value(s);
-    uint8_t q[kBlock];
-    quantize_block_codes(v, amax, d, q);
-    if (a.codes) {
-      uint32_t w[2] = {0, 0};
+
+  RawBlock<kBf16> next;
+  if (live && int64_t(blockIdx.x) < rows) load_block(a, blockIdx.x, b, next);
+  for (int64_t row = blockIdx.x, it = 0; row < rows; row += gridDim.x, ++it) {
+    const int buf = int(it & 1);
+    float v[kBlock];
+    float amax = 0.0f;
+    if (live) {
+      unpack_block(next, v);
+      if (row + gridDim.x < rows) load_block(a, row + gridDim.x, b, next);
 #pragma unroll
-      for (int i = 0; i < kBlock; ++i) w[i / 8] |= uint32_t(q[i]) << (4 * (i % 8));
-      *reinterpret_cast<uint2*>(a.codes + row * (a.cols / 2) + b * 8) = make_uint2(w[0], w[1]);
+      for (int i = 0; i < kBlock; ++i) amax = abs_max_nan(amax, v[i]);
     }
-    if (a.scales_linear) a.scales_linear[row * kb + b] = s;
-    if (a.scales_swizzled)
-      a.scales_swizzled[((row >> 7) * (a.kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] = s;
-    if (a.deq) {
-      // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
-      uint32_t o[8];
+
+    // Row amax (NaN-propagating) -> the row's global scale.
+    float m = amax;
 #pragma unroll
-      for (int i = 0; i < kBlock; i += 2) {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
-        o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
-      }
-      if (kslot) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
-#pragma unroll
-        for (int j = 0; j < 8; ++j) kslot_row[kslot_smem_word(int(operand_kslot_column(b * kBlock + 2 * j) / 2))] = o[j];
-      } else {
-        uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
-        dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-        dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-      }
-    }
-  }
-  if (kslot) {  // the shared row out in 16-byte units (4 pairs of one k-slot step)
+    for (int o = 16; o > 0; o >>= 1) m = abs_max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) warp_amax[buf][warp] = m;
     __syncthreads();
-    uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld);
-    for (int u = b; u < int(a.cols / 8); u += int(blockDim.x))
-      dst[u] = *reinterpret_cast<const uint4*>(&kslot_row[kslot_smem_word(4 * u)]);
+    float g;
+    if (a.per_row) {
+      float r = 0.0f;
+      for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[buf][w]);
+      g = global_scale_from_amax(r);
+    } else {
+      g = a.static_g_per_expert ? a.static_g_per_expert[a.row_expert[row]] : a.static_g;
+    }
+    if (b == 0) a.g_out[row] = g;
+
+    uint32_t* kslot_row = kslot_rows + buf * (a.cols / 2);
+    if (live) {
+      // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d)
+      // (quantize_block_codes: the same bytes without a division per element).
+      const uint8_t s = block_scale_byte(amax, g);
+      const float d = block_dequant_factor(s, g);
+      const float sv = e4m3_value(s);
+      uint32_t w[2];
+      quantize_block_codes(v, amax, d, w);
+      if (a.codes) *reinterpret_cast<uint2*>(a.codes + row * (a.cols / 2) + b * 8) = make_uint2(w[0], w[1]);
+      if (a.scales_linear) a.scales_linear[row * kb + b] = s;
+      if (a.scales_swizzled)
+        a.scales_swizzled[((row >> 7) * (a.kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] =
+            s;
+      if (a.deq) {
+        // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
+        uint32_t o[8];
+#pragma unroll
+        for (int i = 0; i < kBlock; i += 2) {
+          const uint32_t q = w[i / 8] >> (4 * (i % 8));  // codes i (low nibble) and i + 1
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(uint8_t(q)) * sv, e2m1_value(uint8_t(q >> 4)) * sv);
+          o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        if (kslot) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            kslot_row[kslot_smem_word(int(operand_kslot_column(b * kBlock + 2 * j) / 2))] = o[j];
+        } else {
+          uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
+          dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+          dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+      }
+    }
+    if (kslot) {  // the shared row out in 16-byte units (4 pairs of one k-slot step)
+      __syncthreads();
+      uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld);
+      for (int u = b; u < int(a.cols / 8); u += int(blockDim.x))
+        dst[u] = *reinterpret_cast<const uint4*>(&kslot_row[kslot_smem_word(4 * u)]);
+    }
+    if (a.deq)
+      for (int64_t i = a.cols + b; i < a.deq_ld; i += blockDim.x) a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
   }
-  if (a.deq)
-    for (int64_t i = a.cols + b; i < a.deq_ld; i += blockDim.x) a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -158,8 +190,14 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const bool may_kslot = s.deq && (s.deq_order.live_pairs || s.deq_order.kslot_above < 0);
   NVFP4_CHECK(!may_kslot || s.cols % kMmaChunkK == 0, "sm90_nvfp4_stage: k-slot order needs K a multiple of ",
               kMmaChunkK, ", got K=", s.cols);
-  const size_t smem = may_kslot ? size_t(s.cols) * 2 : 0;
-  stage_rows_kernel<<<unsigned(rows), unsigned(threads), smem, stream>>>(s);
+  const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16
+  int device = 0, sms = 0, per_sm = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
+  NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(sms) * std::max(1, per_sm)));
+  kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);
   NVFP4_CUDA_CHECK_LAUNCH("stage_rows_kernel");
 }
 

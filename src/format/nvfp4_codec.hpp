@@ -22,10 +22,8 @@
 #endif
 #if defined(__CUDA_ARCH__)  // the device pass; host compilers do not know the pragma
 #define NVFP4_UNROLL _Pragma("unroll")
-#define NVFP4_NO_UNROLL _Pragma("unroll 1")
 #else
 #define NVFP4_UNROLL
-#define NVFP4_NO_UNROLL
 #endif
 
 namespace nvfp4moe::fmt {
@@ -228,21 +226,24 @@ NVFP4_HD uint8_t e2m1_from_finite(float v) {
 }
 
 // The 16 codes of a block with max |x| = amax_b and dequant factor d, as
-// quantize_element gives them: the fast path where its domain allows, else
-// the division per element.
-NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float d, uint8_t (&q)[kBlock]) {
+// quantize_element gives them, packed as stored (element i in nibble i % 8 of
+// word i / 8): the fast path where its domain allows, else the division per
+// element.
+NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float d, uint32_t (&codes)[2]) {
   bool fast = fast_quotient_block_ok(amax_b, d);
+  codes[0] = codes[1] = 0;
   if (fast) {
     const float y = reciprocal_rn(d);
     NVFP4_UNROLL
     for (int i = 0; i < kBlock; ++i) {
       fast = fast && fast_quotient_element_ok(x[i]);
-      q[i] = e2m1_from_finite(quotient_rn(x[i], d, y));
+      codes[i / 8] |= uint32_t(e2m1_from_finite(quotient_rn(x[i], d, y))) << (4 * (i % 8));
     }
   }
   if (!fast) {
-    NVFP4_NO_UNROLL
-    for (int i = 0; i < kBlock; ++i) q[i] = quantize_element(x[i], d);
+    codes[0] = codes[1] = 0;
+    NVFP4_UNROLL  // unrolled like the fast loop: indexing x or codes at run time would put them in local memory
+    for (int i = 0; i < kBlock; ++i) codes[i / 8] |= uint32_t(quantize_element(x[i], d)) << (4 * (i % 8));
   }
 }
 

@@ -142,12 +142,14 @@ TEST(FastQuantize, BlockCodesEqualQuantizeElement) {
                                  : std::ldexp(1.0f, int(rng.below(60)) - 30);  // dynamic-like or static
     const uint8_t s = block_scale_byte(amax, is_finite(g) ? g : 1.0f);
     const float d = block_dequant_factor(s, is_finite(g) ? g : 1.0f);
-    uint8_t q[kBlock];
-    quantize_block_codes(x, amax, d, q);
-    for (int i = 0; i < kBlock; ++i)
-      if (q[i] != quantize_element(x[i], d) && ++bad <= 5)
-        ADD_FAILURE() << std::hexfloat << "x=" << x[i] << " d=" << d << ": got " << int(q[i]) << ", want "
+    uint32_t packed[2] = {0xdeadbeefu, 0xdeadbeefu};
+    quantize_block_codes(x, amax, d, packed);
+    for (int i = 0; i < kBlock; ++i) {
+      const int q = int(packed[i / 8] >> (4 * (i % 8))) & 15;
+      if (q != quantize_element(x[i], d) && ++bad <= 5)
+        ADD_FAILURE() << std::hexfloat << "x=" << x[i] << " d=" << d << ": got " << q << ", want "
                       << int(quantize_element(x[i], d));
+    }
   }
   EXPECT_EQ(bad, 0);
 }
