@@ -17,7 +17,6 @@ namespace nvfp4moe::cuda {
 struct Sm90MmaGemmParams {
   GroupedGemmPlan plan;
   MmaWeights w;
-  int prefetch_steps = 2;  // L2 prefetch distance (stages) beyond the register stage; 0: none
 };
 
 namespace mma_gemm {

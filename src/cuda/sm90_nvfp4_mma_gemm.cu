@@ -104,8 +104,7 @@ void sm90_nvfp4_mma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const Sm
   NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 8 == 0, "sm90_nvfp4_mma_gemm: operand row stride ",
               p.ld_act, " must be a multiple of 8 and >= K=", g.k_chunks * kMmaChunkK);
   if (p.max_tiles == 0) return;
-  Sm90MmaGemmParams params{p, w};
-  if (const char* e = std::getenv("NVFP4MOE_DECODE_PREFETCH"); e && *e) params.prefetch_steps = std::atoi(e);
+  const Sm90MmaGemmParams params{p, w};
   if (p.projection == Projection::GateUp) {
     NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_mma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
                 " < I=", p.n_valid);

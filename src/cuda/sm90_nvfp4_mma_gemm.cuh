@@ -76,32 +76,11 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   Unit nu = sch.next(u);
   bool has_next = sch.valid(nu);
   typename Sched::Operands nop = has_next ? sch.operands(nu) : op;
-  // A register stage is loaded one step ahead; that alone left the weight
-  // stream latency bound (2 KB in flight per warp). Lane 0 also asks L2 for
-  // the stage params.prefetch_steps further on (one bulk prefetch per m-tile), so
-  // the register loads mostly hit L2.
-  auto prefetch_stage = [&](const typename Sched::Operands& o, int64_t ps) {
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
-      ptx::prefetch_l2_bulk(codes - lane + (o.et[m] * sch.k_chunks + ps * kStageChunks) * 32, kStageChunks * 32 * 16);
-      ptx::prefetch_l2_bulk(
-          scales - lane + (o.et[m] * (sch.k_chunks / kMmaScaleChunks) + ps * (kStageChunks / kMmaScaleChunks)) * 32,
-          (kStageChunks / kMmaScaleChunks) * 32 * 4);
-    }
-  };
   auto step = [&](const Stage& cur, Stage& nxt) -> bool {
     if (st + 1 < stages) {
       load_stage(nxt, op, st + 1);
     } else if (has_next) {
       load_stage(nxt, nop, 0);
-    }
-    if (lane == 0 && params.prefetch_steps > 0) {
-      const int64_t ps = st + 1 + params.prefetch_steps;
-      if (ps < stages) {
-        prefetch_stage(op, ps);
-      } else if (has_next && ps - stages < stages) {
-        prefetch_stage(nop, ps - stages);
-      }
     }
 #pragma unroll
     for (int j = 0; j < kStageChunks; ++j) {

@@ -32,12 +32,6 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
   return v;
 }
 
-// Ask L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) from global
-// memory without waiting or writing registers: one instruction per range.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Two UE4M3 bit patterns (low byte -> low half) -> two FP16 values, exact.
 __device__ __forceinline__ uint32_t cvt_e4m3x2_to_f16x2(uint16_t pair) {
   uint32_t d;
