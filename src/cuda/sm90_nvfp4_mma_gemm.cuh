@@ -37,25 +37,28 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   if (!sch.valid(u)) return;
   typename Sched::Operands op = sch.operands(u);
 
-  // One stage of fragments: 4 16-byte chunks (2 KB a warp) and their scale words.
-  struct Stage {
-    uint4 frag[kMTiles][kStageChunks];
-    uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
-  };
-  auto load_stage = [&](Stage& to, const typename Sched::Operands& o, int64_t st) {
+  // Pipeline: the fragments of the next stage (of this unit or the next one).
+  uint4 frag[kMTiles][kStageChunks];
+  uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
+  auto load_stage = [&](const typename Sched::Operands& o, int64_t st) {
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint4* c = codes + (o.et[m] * sch.k_chunks + st * kStageChunks) * 32;
       const uint32_t* s = scales + (o.et[m] * (sch.k_chunks / kMmaScaleChunks) + st * (kStageChunks / kMmaScaleChunks)) * 32;
 #pragma unroll
-      for (int j = 0; j < kStageChunks; ++j) to.frag[m][j] = ptx::ld_global_stream_v4(c + j * 32);
+      for (int j = 0; j < kStageChunks; ++j) frag[m][j] = ptx::ld_global_stream_v4(c + j * 32);
 #pragma unroll
-      for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) to.scl[m][j] = ptx::ld_global_stream_u32(s + j * 32);
+      for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) scl[m][j] = ptx::ld_global_stream_u32(s + j * 32);
     }
   };
+  load_stage(op, 0);
 
-  float acc[2][kMTiles][kNTiles][4];
-  auto zero_acc = [&] {
+  for (int parity = 0;; parity ^= 1) {
+    const Unit nu = sch.next(u);
+    const bool has_next = sch.valid(nu);
+    const typename Sched::Operands nop = has_next ? sch.operands(nu) : op;
+
+    float acc[2][kMTiles][kNTiles][4];
 #pragma unroll
     for (int c2 = 0; c2 < 2; ++c2)
 #pragma unroll
@@ -64,51 +67,37 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
         for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[c2][m][n][c] = 0.0f;
-  };
 
-  // The stream of (unit, stage) steps. Two register stages alternate (the
-  // loop below is unrolled by two, so each is a fixed set of registers and
-  // nothing is copied); every step first issues the loads of the step after
-  // it — the next stage of this unit or the first of the CTA's next unit, so
-  // the stream does not drain between units.
-  int64_t st = 0;
-  int parity = 0;
-  Unit nu = sch.next(u);
-  bool has_next = sch.valid(nu);
-  typename Sched::Operands nop = has_next ? sch.operands(nu) : op;
-  auto step = [&](const Stage& cur, Stage& nxt) -> bool {
-    if (st + 1 < stages) {
-      load_stage(nxt, op, st + 1);
-    } else if (has_next) {
-      load_stage(nxt, nop, 0);
-    }
+    for (int64_t st = 0; st < stages; ++st) {
+      uint4 cur[kMTiles][kStageChunks];
+      uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
 #pragma unroll
-    for (int j = 0; j < kStageChunks; ++j) {
-      uint4 b[kNTiles][2];
-      load_acts<kNTiles>(op.act, op.live, st * kStageChunks + j, b);
+      for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
-        mma_chunk<kNTiles>(cur.frag[m][j], cur.scl[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), b, op.live,
-                           acc[0][m], acc[1][m]);
+        for (int j = 0; j < kStageChunks; ++j) cur[m][j] = frag[m][j];
+#pragma unroll
+        for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[m][j];
+      }
+      if (st + 1 < stages) {
+        load_stage(op, st + 1);
+      } else if (has_next) {
+        load_stage(nop, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kStageChunks; ++j) {
+        uint4 b[kNTiles][2];
+        load_acts<kNTiles>(op.act, op.live, st * kStageChunks + j, b);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+          mma_chunk<kNTiles>(cur[m][j], cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), b, op.live,
+                             acc[0][m], acc[1][m]);
+      }
     }
-    if (++st < stages) return true;
+
     reduce_and_store<P, kNTiles, kMTiles>(sch, u, op.live, acc, partial[parity], warp, lane);
-    if (!has_next) return false;
-    parity ^= 1;
-    st = 0;
+    if (!has_next) break;
     u = nu;
     op = nop;
-    zero_acc();
-    nu = sch.next(u);
-    has_next = sch.valid(nu);
-    nop = has_next ? sch.operands(nu) : op;
-    return true;
-  };
-
-  Stage s0, s1;
-  load_stage(s0, op, 0);
-  zero_acc();
-  while (step(s0, s1) && step(s1, s0)) {
   }
 }
 
