@@ -77,11 +77,25 @@ struct Tile {
   int32_t expert, m_block, begin, rows;
 };
 
+// The token blocks of an expert with `rows` rows that a launch covers
+// (TokenBlocks), and where block b starts.
+template <int kBlockN>
+__device__ __forceinline__ int32_t token_blocks(int32_t rows, TokenBlocks mode) {
+  if (mode == TokenBlocks::Wide128) return rows / 128 + (rows % 128 > 64 ? 1 : 0);
+  if (mode == TokenBlocks::Tail64) return rows % 128 != 0 && rows % 128 <= 64 ? 1 : 0;
+  return (rows + kBlockN - 1) / kBlockN;
+}
+template <int kBlockN>
+__device__ __forceinline__ int32_t token_block_begin(int32_t rows, int32_t block, TokenBlocks mode) {
+  return mode == TokenBlocks::Tail64 ? rows / 128 * 128 : block * kBlockN;
+}
+
 // Tile t of the CTA-local work list: experts in order, then m-blocks, then
 // token blocks (fastest), so CTAs running at once share weights through L2.
 // prefix[e] = tiles before expert e, prefix[local] = all tiles.
 template <int kBlockN>
-__device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const int32_t* prefix, int32_t local) {
+__device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const int32_t* prefix, int32_t local,
+                                        TokenBlocks mode) {
   int32_t lo = 0, hi = local;  // last e with prefix[e] <= t (empty experts repeat a prefix value)
   while (hi - lo > 1) {
     const int32_t mid = (lo + hi) / 2;
@@ -92,10 +106,10 @@ __device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const
     }
   }
   const int32_t count = offsets[lo + 1] - offsets[lo];
-  const int32_t blocks = (count + kBlockN - 1) / kBlockN;
+  const int32_t blocks = token_blocks<kBlockN>(count, mode);
   const int32_t rem = t - prefix[lo];
-  const int32_t block = rem % blocks;
-  return Tile{lo, rem / blocks, offsets[lo] + block * kBlockN, min(kBlockN, count - block * kBlockN)};
+  const int32_t begin = token_block_begin<kBlockN>(count, rem % blocks, mode);
+  return Tile{lo, rem / blocks, offsets[lo] + begin, min(kBlockN, count - begin)};
 }
 
 template <int kBlockN>
@@ -160,7 +174,8 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
 
 template <Projection P, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
-    sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w) {
+    sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w,
+                                 TokenBlocks mode) {
   using S = Smem<kBlockN>;
   constexpr int kStages = S::kStages;
   constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
@@ -199,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) prefix[0] = 0;
     for (int32_t base = 0; base < local; base += 32) {
       const int32_t e = base + lane;
-      int32_t v = e < local ? (offsets[e + 1] - offsets[e] + kBlockN - 1) / kBlockN * m_blocks : 0;
+      int32_t v = e < local ? token_blocks<kBlockN>(offsets[e + 1] - offsets[e], mode) * m_blocks : 0;
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int32_t o = __shfl_up_sync(0xffffffffu, v, d);
@@ -233,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     RingPosition<kStages> ring;
     RingPosition<S::kMetaSlots> meta_ring;
     for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
-      const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
+      const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local, mode);
       // The tile's operand rows (for the gather) and epilogue operands (for the consumers).
       ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
       ptx::mbarrier_wait_parity(meta_empty_bar + 8 * meta_ring.stage, meta_ring.phase ^ 1);
@@ -289,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   RingPosition<kStages> ring;
   RingPosition<S::kMetaSlots> meta_ring;
   for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
-    const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local);
+    const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local, mode);
     const ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
     const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
     const bool live = mt_wg < m_tiles;  // warpgroup-uniform
@@ -368,13 +383,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <Projection P, int kBlockN>
-void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, cudaStream_t stream) {
+void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, TokenBlocks mode, cudaStream_t stream) {
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
   int device = 0, sms = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int grid = grid_hint > 0 ? grid_hint : sms;  // persistent: surplus CTAs find no tile
-  sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN><<<unsigned(grid), kThreads, smem, stream>>>(p, w);
+  sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN><<<unsigned(grid), kThreads, smem, stream>>>(p, w, mode);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
@@ -397,15 +412,19 @@ void prepare(int64_t local) {
 
 template <Projection P>
 void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg.grid, stream);
-  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg.grid, stream);
+  NVFP4_CHECK(cfg.blocks == TokenBlocks::All || (cfg.blocks == TokenBlocks::Wide128) == (cfg.block_n == 128),
+              "sm90_nvfp4_wgmma_gemm: token blocks Wide128 need block_n 128 and Tail64 block_n 64, got ", cfg);
+  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg.grid, cfg.blocks, stream);
+  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg.grid, cfg.blocks, stream);
   NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 64, 128)");
 }
 
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c) {
-  return os << "Sm90WgmmaGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid << "}";
+  const char* blocks[] = {"All", "Wide128", "Tail64"};
+  return os << "Sm90WgmmaGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid
+            << ", blocks=" << blocks[int(c.blocks)] << "}";
 }
 
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {

@@ -36,9 +36,19 @@
 
 namespace nvfp4moe::cuda {
 
+// Which token blocks of each expert's rows a launch covers. All: every block
+// of block_n. Wide128 (block_n 128) and Tail64 (block_n 64) split the work of
+// one expert with r rows in two launches that together cover it once: the
+// 128-wide blocks, except that a last block of at most 64 rows (r % 128 in
+// 1..64) goes to Tail64 at 64 wide. A partial last block then leaves at most
+// 63 tile columns empty instead of up to 127, and a 64-wide tile costs about
+// 0.7 of a 128-wide one (bench/NOTES.md).
+enum class TokenBlocks : int32_t { All, Wide128, Tail64 };
+
 struct Sm90WgmmaGemmConfig {
   int block_n = 128;  // token positions per tile: 64 or 128
   int grid = 0;       // persistent CTAs (0: one per SM)
+  TokenBlocks blocks = TokenBlocks::All;
 };
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 

@@ -248,7 +248,10 @@ double compare(const std::vector<float>& got, const std::vector<double>& want, i
 // kernel, the wgmma kernel with `block_n`, or run_expert_gemm's device-side
 // choice among all of them (pairs_bound: the host's bound it is given).
 struct KernelUnderTest {
-  enum Which { Mma, Simple, Wgmma, Chosen } which = Mma;
+  // WgmmaSplit: the Wide128 + Tail64 launches together; Tail64Only: that
+  // launch alone, which must write exactly the positions of last blocks of
+  // <= 64 rows (TokenBlocks).
+  enum Which { Mma, Simple, Wgmma, Chosen, WgmmaSplit, Tail64Only } which = Mma;
   Sm90MmaGemmConfig mma;
   int block_n = 0;
   int64_t pairs_bound = 0;
@@ -261,6 +264,8 @@ std::ostream& operator<<(std::ostream& os, const KernelUnderTest& k) {
     case KernelUnderTest::Simple: return os << "simple";
     case KernelUnderTest::Wgmma: return os << "wgmma block_n=" << k.block_n;
     case KernelUnderTest::Chosen: return os << "run_expert_gemm pairs_bound=" << k.pairs_bound;
+    case KernelUnderTest::WgmmaSplit: return os << "wgmma Wide128 + Tail64";
+    case KernelUnderTest::Tail64Only: return os << "wgmma Tail64 alone";
   }
   return os;
 }
@@ -343,7 +348,8 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   int64_t live = 0;
   for (int32_t id : p.ids) live += id >= 0;
   using K = ExpertGemmCandidate;
-  const bool kslot = kut.which == KernelUnderTest::Wgmma ||
+  const bool kslot = kut.which == KernelUnderTest::Wgmma || kut.which == KernelUnderTest::WgmmaSplit ||
+                     kut.which == KernelUnderTest::Tail64Only ||
                      (kut.which == KernelUnderTest::Chosen &&
                       (choice.kind_for(live) == K::Wgmma64 || choice.kind_for(live) == K::Wgmma128));
   // The order the staging kernels would be told to write agrees with the kernel that runs.
@@ -419,6 +425,17 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       run_expert_gemm(l1, has_fragment ? &m1 : nullptr, choice, nullptr);
       run_expert_gemm(l2, has_fragment ? &m2 : nullptr, choice, nullptr);
       break;
+    case KernelUnderTest::WgmmaSplit:
+      for (const Sm90WgmmaGemmConfig c : {Sm90WgmmaGemmConfig{128, 0, TokenBlocks::Wide128},
+                                          Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}}) {
+        sm90_nvfp4_wgmma_gemm(l1, m1, c, nullptr);
+        sm90_nvfp4_wgmma_gemm(l2, m2, c, nullptr);
+      }
+      break;
+    case KernelUnderTest::Tail64Only:
+      sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}, nullptr);
+      sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}, nullptr);
+      break;
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -430,6 +447,27 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   for (int64_t pair = 0; pair < P; ++pair)
     if (const int32_t pos = h_pos_of_pair[size_t(pair)]; pos >= 0)
       std::memcpy(&h_pair[size_t(pair * p.I)], &hh[size_t(pos * p.I)], size_t(p.I) * 4);
+  if (kut.which == KernelUnderTest::Tail64Only) {  // written exactly in last blocks of <= 64 rows
+    std::vector<int32_t> off(static_cast<size_t>(p.E + 1));
+    offsets.download(off.data(), off.size());
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    int64_t wrong = 0, tails = 0;
+    for (int64_t e = 0; e < p.E; ++e) {
+      const int32_t rows = off[size_t(e + 1)] - off[size_t(e)], tail = rows % 128;
+      for (int32_t r = 0; r < rows; ++r) {
+        const bool want = tail > 0 && tail <= 64 && r >= rows / 128 * 128;
+        tails += want;
+        const int64_t pos = off[size_t(e)] + r;
+        const bool got_h = !std::isnan(hh[size_t(pos * p.I)]), got_h_last = !std::isnan(hh[size_t(pos * p.I + p.I - 1)]);
+        if ((got_h != want || got_h_last != want) && wrong++ < 3)
+          ADD_FAILURE() << "expert " << e << " (" << rows << " rows) row " << r << ": h written " << got_h
+                        << ", expected " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    ::testing::Test::RecordProperty("tail_rows", int(tails));
+    return;
+  }
   if (!kut.expect_written) {
     int64_t written = 0;
     for (float v : hh) written += !std::isnan(v);
@@ -499,6 +537,8 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
   if (mma_layout_fits(c.H, c.I)) {
     run_and_check(p, wgmma_kernel(64), "wgmma");
     run_and_check(p, wgmma_kernel(128), "wgmma");
+    run_and_check(p, KernelUnderTest{KernelUnderTest::WgmmaSplit}, "wgmma split");
+    run_and_check(p, KernelUnderTest{KernelUnderTest::Tail64Only}, "wgmma tail");
   }
   // The host bound exact (T*k) and loose (10x: every candidate queued, the device picks).
   for (int64_t bound : {c.T * p.k, 10 * c.T * p.k}) {
@@ -509,11 +549,13 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
 }
 
 // T=1: one token; 40: under one tile; 300: experts with several 64-position
-// blocks and a partial 128 one. H=640, I=384: 40 down m-tiles (a last block
+// blocks and a partial 128 one; 100 and 200: experts around 64 and 128 rows,
+// last blocks on both sides of the Wide128 / Tail64 split. H=640, I=384: 40 down m-tiles (a last block
 // with one idle warpgroup), K not a multiple of 1024 (no decode kernel: wgmma
 // from zero pairs). H=576, I=320: no fragment layout (the simple kernel).
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
                          ::testing::Values(WgmmaCase{1, 1024, 1024}, WgmmaCase{40, 1024, 1024},
+                                           WgmmaCase{100, 1024, 1024}, WgmmaCase{200, 1024, 1024},
                                            WgmmaCase{300, 1024, 1024}, WgmmaCase{150, 640, 384},
                                            WgmmaCase{150, 576, 320}),
                          [](const auto& info) {
@@ -726,6 +768,10 @@ TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
   p.y_pair = nullptr;
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "y_pair");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, MmaWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Wide128}, nullptr),
+                        "block_n=64", "blocks=Wide128");
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{128, 0, TokenBlocks::Tail64}, nullptr),
+                        "block_n=128", "blocks=Tail64");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(0), "local_experts=0");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
   p = good;
