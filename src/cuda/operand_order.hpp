@@ -22,8 +22,11 @@ namespace nvfp4moe::cuda {
 // block, s: mma k-step, h: which pair of the block's 4 columns at that step)
 // moves to pair 8 s + 4 h + t: the k-slots 2 t (+1) + 8 h of step s, where
 // the fragment layout (sm90_nvfp4_mma_layout.hpp) put those weight columns.
-NVFP4_HD int64_t operand_kslot_column(int64_t col) {
-  const int64_t chunk = col / kMmaChunkK, c = col % kMmaChunkK, w = c / 2;
+// (Any integer type: kernels use 32-bit unsigned columns, whose division and
+// remainder by the constants compile to shifts and masks.)
+template <typename Int>
+NVFP4_HD Int operand_kslot_column(Int col) {
+  const Int chunk = col / kMmaChunkK, c = col % kMmaChunkK, w = c / 2;
   return chunk * kMmaChunkK + 2 * (8 * ((w % 8) / 2) + 4 * (w % 2) + w / 8) + c % 2;
 }
 

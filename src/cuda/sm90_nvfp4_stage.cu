@@ -87,8 +87,8 @@ __device__ __forceinline__ void unpack_block(const RawBlock<kBf16>& r, float (&v
 // hit the same 4 banks; the XOR keeps each group of 4 words (one 16-byte
 // store unit) together.
 __device__ __forceinline__ int kslot_smem_word(int col_pair) {
-  const int c = col_pair / 32, w = col_pair % 32;
-  return c * 32 + (w ^ (4 * (c % 8)));
+  const uint32_t c = uint32_t(col_pair) / 32, w = uint32_t(col_pair) % 32;
+  return int(c * 32 + (w ^ (4 * (c % 8))));
 }
 
 // Persistent: CTA c stages rows c, c + grid, ... with one thread per 16-value
@@ -142,26 +142,36 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       const uint8_t s = block_scale_byte(amax, g);
       const float d = block_dequant_factor(s, g);
       const float sv = e4m3_value(s);
-      uint32_t w[2];
-      quantize_block_codes(v, amax, d, w);
-      if (a.codes) *reinterpret_cast<uint2*>(a.codes + row * (a.cols / 2) + b * 8) = make_uint2(w[0], w[1]);
+      uint32_t o[8];  // the QDQ values value(q) * f32(s) as BF16 pairs: exact (spec section 2)
+      if (a.codes) {
+        uint32_t w[2];
+        quantize_block_codes(v, amax, d, w);
+        *reinterpret_cast<uint2*>(a.codes + row * (a.cols / 2) + b * 8) = make_uint2(w[0], w[1]);
+#pragma unroll
+        for (int i = 0; i < kBlock; i += 2) {
+          const uint32_t q = w[i / 8] >> (4 * (i % 8));  // codes i (low nibble) and i + 1
+          const __nv_bfloat162 pair =
+              __floats2bfloat162_rn(e2m1_value(uint8_t(q)) * sv, e2m1_value(uint8_t(q >> 4)) * sv);
+          o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+      } else if (a.deq) {  // the GEMM operand only (the routed path): no codes formed
+        float val[kBlock];
+        quantize_block_values(v, amax, d, sv, val);
+#pragma unroll
+        for (int i = 0; i < kBlock; i += 2) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(val[i], val[i + 1]);
+          o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+      }
       if (a.scales_linear) a.scales_linear[row * kb + b] = s;
       if (a.scales_swizzled)
         a.scales_swizzled[((row >> 7) * (a.kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] =
             s;
       if (a.deq) {
-        // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
-        uint32_t o[8];
-#pragma unroll
-        for (int i = 0; i < kBlock; i += 2) {
-          const uint32_t q = w[i / 8] >> (4 * (i % 8));  // codes i (low nibble) and i + 1
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(uint8_t(q)) * sv, e2m1_value(uint8_t(q >> 4)) * sv);
-          o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
-        }
         if (kslot) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
 #pragma unroll
           for (int j = 0; j < 8; ++j)
-            kslot_row[kslot_smem_word(int(operand_kslot_column(b * kBlock + 2 * j) / 2))] = o[j];
+            kslot_row[kslot_smem_word(int(operand_kslot_column(uint32_t(b * kBlock + 2 * j)) / 2))] = o[j];
         } else {
           uint4* dst = reinterpret_cast<uint4*>(a.deq + row * a.deq_ld + b * kBlock);
           dst[0] = make_uint4(o[0], o[1], o[2], o[3]);

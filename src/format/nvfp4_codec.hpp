@@ -225,6 +225,17 @@ NVFP4_HD uint8_t e2m1_from_finite(float v) {
   return uint8_t(m | (v < 0.0f ? 8u : 0u));
 }
 
+// value(e2m1_from_finite(v)) without forming the code (same rounding, same
+// sign rule: -0 for tiny negatives, +0 for -0): |v| >= 1 keeps one mantissa
+// bit of the FP32, saturating at 6; |v| < 1 is RN(2|v|) / 2.
+NVFP4_HD float e2m1_round_finite(float v) {
+  const uint32_t a = float_to_bits(v) & 0x7fffffffu;
+  const float above = bits_to_float((a + 0x1fffffu + ((a >> 22) & 1u)) & 0xffc00000u);
+  const float below = (bits_to_float(a) * 2.0f + 8388608.0f - 8388608.0f) * 0.5f;
+  const float mag = a < 0x3f800000u ? below : (above < 6.0f ? above : 6.0f);
+  return v < 0.0f ? -mag : mag;
+}
+
 // The 16 codes of a block with max |x| = amax_b and dequant factor d, as
 // quantize_element gives them, packed as stored (element i in nibble i % 8 of
 // word i / 8): the fast path where its domain allows, else the division per
@@ -244,6 +255,25 @@ NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float
     codes[0] = codes[1] = 0;
     NVFP4_UNROLL  // unrolled like the fast loop: indexing x or codes at run time would put them in local memory
     for (int i = 0; i < kBlock; ++i) codes[i / 8] |= uint32_t(quantize_element(x[i], d)) << (4 * (i % 8));
+  }
+}
+
+// The block's dequantized values value(q_i) * sv (sv = f32(s_b)), as
+// quantize_element and e2m1_value give them, for callers that need the
+// QDQ values and not the codes (the GEMM operand rows).
+NVFP4_HD void quantize_block_values(const float (&x)[kBlock], float amax_b, float d, float sv, float (&out)[kBlock]) {
+  bool fast = fast_quotient_block_ok(amax_b, d);
+  if (fast) {
+    const float y = reciprocal_rn(d);
+    NVFP4_UNROLL
+    for (int i = 0; i < kBlock; ++i) {
+      fast = fast && fast_quotient_element_ok(x[i]);
+      out[i] = e2m1_round_finite(quotient_rn(x[i], d, y)) * sv;
+    }
+  }
+  if (!fast) {
+    NVFP4_UNROLL
+    for (int i = 0; i < kBlock; ++i) out[i] = e2m1_value(quantize_element(x[i], d)) * sv;
   }
 }
 

@@ -43,8 +43,10 @@ struct Staged {
   std::vector<uint16_t> deq;
 };
 
+// deq_only: only the BF16 operand and g requested (the routed path), so the
+// fast kernel forms no codes.
 Staged run_stage(bool fast, const void* dx, bool bf16, int64_t rows, int64_t cols, int64_t deq_ld, ActScope scope,
-                 float static_g, OperandOrder order = {}) {
+                 float static_g, OperandOrder order = {}, bool deq_only = false) {
   const int64_t k = cols / 16, swz_bytes = swizzled_scale_bytes(rows, k);
   DeviceBuffer<float> g(static_cast<size_t>(rows));
   DeviceBuffer<uint8_t> codes(size_t(rows * cols / 2)), lin(size_t(rows * k)), swz(static_cast<size_t>(swz_bytes));
@@ -59,9 +61,9 @@ Staged run_stage(bool fast, const void* dx, bool bf16, int64_t rows, int64_t col
   a.scope = scope;
   a.static_g = static_g;
   a.g_out = g.get();
-  a.codes = codes.get();
-  a.scales_linear = lin.get();
-  a.scales_swizzled = swz.get();
+  a.codes = deq_only ? nullptr : codes.get();
+  a.scales_linear = deq_only ? nullptr : lin.get();
+  a.scales_swizzled = deq_only ? nullptr : swz.get();
   a.deq = deq.get();
   a.deq_ld = deq_ld;
   a.deq_order = order;
@@ -117,6 +119,10 @@ TEST_P(Sm90Stage, MatchesCpuQuantizerAndSimpleKernelByteForByte) {
     EXPECT_BYTES_EQ(fast.swz.data(), simple.swz.data(), int64_t(fast.swz.size()), "swizzled scales vs simple kernel");
     EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(fast.deq.data()), reinterpret_cast<const uint8_t*>(simple.deq.data()),
                     int64_t(fast.deq.size() * 2), "BF16 operand vs simple kernel");
+    const Staged deq_only = run_stage(true, dx.get(), bf16, rows, cols, deq_ld, scope, 0.0123f, {}, true);
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(deq_only.deq.data()),
+                    reinterpret_cast<const uint8_t*>(simple.deq.data()), int64_t(deq_only.deq.size() * 2),
+                    "BF16 operand without codes vs simple kernel");
 
     // The CPU quantizer (the spec in code) on the same rows and global scales.
     std::vector<uint8_t> codes(fast.codes.size()), scales(fast.lin.size());
@@ -173,13 +179,17 @@ TEST(Sm90Stage, KSlotOrderIsTheLogicalOperandPermuted) {
                           {OperandOrder{dlive.get(), live}, false, "live at the threshold"}};
     for (const Case& c : cases) {
       SCOPED_TRACE(c.what);
-      const Staged got = run_stage(fast, dx.get(), false, rows, cols, deq_ld, ActScope::PerRow, 0.0f, c.order);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t col = 0; col < cols; ++col) {
-          const int64_t at = c.kslot ? operand_kslot_column(col) : col;
-          ASSERT_EQ(got.deq[size_t(r * deq_ld + at)], logical.deq[size_t(r * deq_ld + col)])
-              << "row " << r << " column " << col << " (written at " << at << ")";
-        }
+      for (bool deq_only : {false, true}) {
+        SCOPED_TRACE(deq_only ? "operand only" : "with codes");
+        const Staged got =
+            run_stage(fast, dx.get(), false, rows, cols, deq_ld, ActScope::PerRow, 0.0f, c.order, deq_only);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t col = 0; col < cols; ++col) {
+            const int64_t at = c.kslot ? operand_kslot_column(col) : col;
+            ASSERT_EQ(got.deq[size_t(r * deq_ld + at)], logical.deq[size_t(r * deq_ld + col)])
+                << "row " << r << " column " << col << " (written at " << at << ")";
+          }
+      }
     }
   }
   // The permutation itself: inside a chunk, a bijection that keeps column pairs together.

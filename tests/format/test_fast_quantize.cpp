@@ -39,6 +39,28 @@ TEST(FastQuantize, IntegerEncodeEqualsSevenCompareEncode) {
   EXPECT_EQ(bad, 0);
 }
 
+// e2m1_round_finite is the value of that code, bit for bit (sign of zero included).
+TEST(FastQuantize, RoundedValueIsTheCodesValue) {
+  int64_t bad = 0;
+  auto check = [&](uint32_t bits) {
+    const float v = bits_to_float(bits);
+    if (!is_finite(v)) return;
+    const float want = e2m1_value(e2m1_from_float(v)), got = e2m1_round_finite(v);
+    if (float_to_bits(want) != float_to_bits(got) && ++bad <= 5)
+      ADD_FAILURE() << "v=" << v << " (0x" << std::hex << bits << "): got " << got << ", want " << want;
+  };
+  for (uint32_t b = 0x3d800000u; b < 0x41800000u; ++b) {
+    check(b);
+    check(b | 0x80000000u);
+  }
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  for (int i = 0; i < 4000000; ++i) check(uint32_t(rng.next()));
+  for (uint32_t b : {0x0u, 0x80000000u, 0x1u, 0x80000001u, 0x7f7fffffu, 0xff7fffffu}) check(b);
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(FastQuantize, IntegerEncodeHandCases) {
   // Ties go to the even code; -0 and tiny negatives keep the spec's sign rule.
   EXPECT_EQ(e2m1_from_finite(0.25f), 0);
@@ -116,7 +138,8 @@ TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
   EXPECT_FALSE(fast_quotient_element_ok(1e-45f));  // subnormal
 }
 
-// Whole blocks: quantize_block_codes == quantize_element per element, on
+// Whole blocks: quantize_block_codes == quantize_element per element and
+// quantize_block_values == its value times f32(s), on
 // blocks that take the fast path, blocks that fall back (a tiny element, NaN,
 // Inf, zero, huge or tiny d) and blocks mixing both kinds of element.
 TEST(FastQuantize, BlockCodesEqualQuantizeElement) {
@@ -144,11 +167,18 @@ TEST(FastQuantize, BlockCodesEqualQuantizeElement) {
     const float d = block_dequant_factor(s, is_finite(g) ? g : 1.0f);
     uint32_t packed[2] = {0xdeadbeefu, 0xdeadbeefu};
     quantize_block_codes(x, amax, d, packed);
+    const float sv = e4m3_value(s);
+    float values[kBlock];
+    quantize_block_values(x, amax, d, sv, values);
     for (int i = 0; i < kBlock; ++i) {
       const int q = int(packed[i / 8] >> (4 * (i % 8))) & 15;
       if (q != quantize_element(x[i], d) && ++bad <= 5)
         ADD_FAILURE() << std::hexfloat << "x=" << x[i] << " d=" << d << ": got " << q << ", want "
                       << int(quantize_element(x[i], d));
+      const float want = e2m1_value(quantize_element(x[i], d)) * sv;
+      if (float_to_bits(values[i]) != float_to_bits(want) && !(std::isnan(values[i]) && std::isnan(want)) &&
+          ++bad <= 5)
+        ADD_FAILURE() << std::hexfloat << "x=" << x[i] << " d=" << d << ": value " << values[i] << ", want " << want;
     }
   }
   EXPECT_EQ(bad, 0);
