@@ -15,12 +15,9 @@ using mma_gemm::kThreads;
 using mma_gemm::kWarps;
 
 // Resident CTAs per SM each instantiation is compiled for (register budget).
-// The 1x1 kernel (one token per expert) is latency bound in SM cycles (its
-// time scales with the SM clock under ncu), so it trades a few spilled
-// registers (96 a thread) for a fifth CTA per SM.
 template <int kNTiles, int kMTiles>
 constexpr int min_blocks() {
-  return kNTiles * kMTiles >= 8 ? 2 : (kNTiles * kMTiles >= 4 ? 3 : (kNTiles * kMTiles == 1 ? 5 : 4));
+  return kNTiles * kMTiles >= 8 ? 2 : (kNTiles * kMTiles >= 4 ? 3 : 4);
 }
 
 template <Projection P, int kNTiles, int kMTiles>
