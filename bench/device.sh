@@ -2,7 +2,7 @@
 # The one script run on the GPU machine through the device tool:
 #   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on a small case -> benchmark -> a short summary printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile] [--tokens LIST]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile,profile-decode] [--tokens LIST]
 #                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -143,6 +143,40 @@ for (i, name), m in sorted(k.items(), key=lambda kv: int(kv[0][0])):
     print(f"  {name:60s} {d[0]:>10s} {d[1]:5s} dram {m.get('DRAM Throughput', ('?',))[0]:>6s}% sm {m.get('Compute (SM) Throughput', ('?',))[0]:>6s}%")
 PY
   done
+fi
+
+# Where the decode kernel's warps wait, per SASS instruction (Nsight Compute
+# source view, free-running clocks): the L1 decode GEMM of one ep8 T=1
+# forward; the top instructions by stall samples with their opcodes. Not a
+# default step.
+if has_step profile-decode; then
+  set +e
+  timeout 200 ncu --clock-control none --kernel-name regex:sm90_nvfp4_mma_gemm_kernel --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+    "$BUILD/nvfp4moe" bench --workload ep8 --tokens 1 --iters 1 --warmup 0 --no-ceilings \
+    > "$OUT/ncu_decode_source.csv" 2> "$OUT/ncu_decode_source.err"
+  set -e
+  note "profile-decode (ncu source view, L1 decode GEMM, ep8 T=1): top instructions by warp stall samples"
+  python3 - "$OUT/ncu_decode_source.csv" <<'PY' | tee -a "$SUMMARY"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace"))]
+hdr_i = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
+if hdr_i is None: print("  (no source table)"); sys.exit(0)
+hdr = [c.strip() for c in rows[hdr_i]]
+src = hdr.index("Source")
+stall_cols = [i for i, c in enumerate(hdr) if c.startswith("Warp Stall Sampling (All")]
+if not stall_cols: print("  (columns: %s)" % ", ".join(hdr[:40])); sys.exit(0)
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+body = [r for r in rows[hdr_i + 1:] if len(r) == len(hdr)]
+total = sum(num(r[stall_cols[0]]) for r in body) or 1.0
+by_op = collections.Counter()
+for r in body: by_op[r[src].split()[0] if r[src].split() else "?"] += num(r[stall_cols[0]])
+print("  stall samples by opcode: " + ", ".join("%s %.0f%%" % (k, 100 * v / total) for k, v in by_op.most_common(12)))
+for r in sorted(body, key=lambda r: -num(r[stall_cols[0]]))[:25]:
+    print("  %5.1f%%  %s" % (100 * num(r[stall_cols[0]]) / total, r[src].strip()[:90]))
+PY
 fi
 
 echo "================ summary ================"
