@@ -171,8 +171,16 @@ def num(x):
     except ValueError: return 0.0
 body = [r for r in rows[hdr_i + 1:] if len(r) == len(hdr)]
 total = sum(num(r[stall_cols[0]]) for r in body) or 1.0
+def opcode(text):  # "@P2 HMMA..." -> "HMMA..."
+    t = text.split()
+    return (t[1] if t[0].startswith("@") and len(t) > 1 else t[0]) if t else "?"
 by_op = collections.Counter()
-for r in body: by_op[r[src].split()[0] if r[src].split() else "?"] += num(r[stall_cols[0]])
+for r in body: by_op[opcode(r[src])] += num(r[stall_cols[0]])
+reasons = [i for i, c in enumerate(hdr) if c.startswith("stall_") and "(Not Issued)" not in c]
+if reasons:
+    tot = {hdr[i]: sum(num(r[i]) for r in body) for i in reasons}
+    s = sum(tot.values()) or 1.0
+    print("  stall reasons: " + ", ".join("%s %.0f%%" % (k[6:], 100 * v / s) for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:8]))
 print("  stall samples by opcode: " + ", ".join("%s %.0f%%" % (k, 100 * v / total) for k, v in by_op.most_common(12)))
 for r in sorted(body, key=lambda r: -num(r[stall_cols[0]]))[:25]:
     print("  %5.1f%%  %s" % (100 * num(r[stall_cols[0]]) / total, r[src].strip()[:90]))
