@@ -236,45 +236,43 @@ NVFP4_HD float e2m1_round_finite(float v) {
   return v < 0.0f ? -mag : mag;
 }
 
+// The fast path over one block: out(i, RN(x_i / d)) for its 16 elements, in
+// order. Returns false, possibly after some calls, when the block or one of
+// its elements is outside quotient_rn's domain: the caller then redoes the
+// block with quantize_element.
+template <typename Out>
+NVFP4_HD bool quantize_block_fast(const float (&x)[kBlock], float amax_b, float d, Out out) {
+  if (!fast_quotient_block_ok(amax_b, d)) return false;
+  const float y = reciprocal_rn(d);
+  bool ok = true;
+  NVFP4_UNROLL  // unrolled: indexing x or the outputs at run time would put them in local memory
+  for (int i = 0; i < kBlock; ++i) {
+    ok = ok && fast_quotient_element_ok(x[i]);
+    out(i, quotient_rn(x[i], d, y));
+  }
+  return ok;
+}
+
 // The 16 codes of a block with max |x| = amax_b and dequant factor d, as
 // quantize_element gives them, packed as stored (element i in nibble i % 8 of
-// word i / 8): the fast path where its domain allows, else the division per
-// element.
+// word i / 8).
 NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float d, uint32_t (&codes)[2]) {
-  bool fast = fast_quotient_block_ok(amax_b, d);
   codes[0] = codes[1] = 0;
-  if (fast) {
-    const float y = reciprocal_rn(d);
-    NVFP4_UNROLL
-    for (int i = 0; i < kBlock; ++i) {
-      fast = fast && fast_quotient_element_ok(x[i]);
-      codes[i / 8] |= uint32_t(e2m1_from_finite(quotient_rn(x[i], d, y))) << (4 * (i % 8));
-    }
-  }
-  if (!fast) {
-    codes[0] = codes[1] = 0;
-    NVFP4_UNROLL  // unrolled like the fast loop: indexing x or codes at run time would put them in local memory
-    for (int i = 0; i < kBlock; ++i) codes[i / 8] |= uint32_t(quantize_element(x[i], d)) << (4 * (i % 8));
-  }
+  if (quantize_block_fast(x, amax_b, d,
+                          [&](int i, float q) { codes[i / 8] |= uint32_t(e2m1_from_finite(q)) << (4 * (i % 8)); }))
+    return;
+  codes[0] = codes[1] = 0;
+  NVFP4_UNROLL
+  for (int i = 0; i < kBlock; ++i) codes[i / 8] |= uint32_t(quantize_element(x[i], d)) << (4 * (i % 8));
 }
 
 // The block's dequantized values value(q_i) * sv (sv = f32(s_b)), as
 // quantize_element and e2m1_value give them, for callers that need the
 // QDQ values and not the codes (the GEMM operand rows).
 NVFP4_HD void quantize_block_values(const float (&x)[kBlock], float amax_b, float d, float sv, float (&out)[kBlock]) {
-  bool fast = fast_quotient_block_ok(amax_b, d);
-  if (fast) {
-    const float y = reciprocal_rn(d);
-    NVFP4_UNROLL
-    for (int i = 0; i < kBlock; ++i) {
-      fast = fast && fast_quotient_element_ok(x[i]);
-      out[i] = e2m1_round_finite(quotient_rn(x[i], d, y)) * sv;
-    }
-  }
-  if (!fast) {
-    NVFP4_UNROLL
-    for (int i = 0; i < kBlock; ++i) out[i] = e2m1_value(quantize_element(x[i], d)) * sv;
-  }
+  if (quantize_block_fast(x, amax_b, d, [&](int i, float q) { out[i] = e2m1_round_finite(q) * sv; })) return;
+  NVFP4_UNROLL
+  for (int i = 0; i < kBlock; ++i) out[i] = e2m1_value(quantize_element(x[i], d)) * sv;
 }
 
 }  // namespace nvfp4moe::fmt
