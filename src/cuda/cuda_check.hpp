@@ -8,6 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <utility>
 
@@ -74,6 +76,17 @@ class DeviceBuffer {
   T* ptr_ = nullptr;
   size_t count_ = 0;
 };
+
+// CTAs of `kernel` resident at once on the current device (SMs x occupancy,
+// at least one per SM): the grid of a persistent kernel.
+template <typename Kernel>
+int64_t resident_ctas(Kernel kernel, int threads, size_t smem) {
+  int device = 0, sms = 0, per_sm = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return int64_t(sms) * std::max(1, per_sm);
+}
 
 class CudaEvent {
  public:

@@ -37,6 +37,10 @@ struct OperandOrder {
 #ifdef __CUDACC__
   __device__ bool kslot() const { return live_pairs ? *live_pairs > kslot_above : kslot_above < 0; }
 #endif
+  // Host side: whether kslot() can be true on the device (what a writer must be ready for).
+  bool may_be_kslot() const {
+    return live_pairs ? kslot_above < std::numeric_limits<int32_t>::max() : kslot_above < 0;
+  }
 };
 
 }  // namespace nvfp4moe::cuda

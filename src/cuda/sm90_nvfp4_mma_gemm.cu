@@ -23,12 +23,8 @@ constexpr int min_blocks() {
 template <Projection P, int kNTiles, int kMTiles>
 void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream) {
   auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, min_blocks<kNTiles, kMTiles>()>;
-  int device = 0, sms = 0, per_sm = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
-  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
   const int64_t items_max = (params.w.geometry.m_tiles / kMTiles) * params.plan.max_tiles;
-  int64_t grid = grid_hint > 0 ? grid_hint : int64_t(sms) * std::max(1, per_sm);
+  int64_t grid = grid_hint > 0 ? grid_hint : resident_ctas(kernel, kThreads, 0);
   grid = std::max<int64_t>(1, std::min(grid, items_max));
   kernel<<<unsigned(grid), kThreads, 0, stream>>>(params);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_mma_gemm_kernel");

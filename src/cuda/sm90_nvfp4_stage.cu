@@ -197,16 +197,12 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const int threads = int(round_up(kb, 32));
   // k-slot order goes through shared memory (the order is decided on the
   // device, so the bytes are reserved whenever the order may be k-slot).
-  const bool may_kslot = s.deq && (s.deq_order.live_pairs || s.deq_order.kslot_above < 0);
+  const bool may_kslot = s.deq && s.deq_order.may_be_kslot();
   NVFP4_CHECK(!may_kslot || s.cols % kMmaChunkK == 0, "sm90_nvfp4_stage: k-slot order needs K a multiple of ",
               kMmaChunkK, ", got K=", s.cols);
   const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16
-  int device = 0, sms = 0, per_sm = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
-  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
-  NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(sms) * std::max(1, per_sm)));
+  const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
   kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);
   NVFP4_CUDA_CHECK_LAUNCH("stage_rows_kernel");
 }

@@ -698,6 +698,17 @@ TEST(ExpertGemmChoice, OperandOrderFollowsTheKernelThatRuns) {
   EXPECT_TRUE(kslot(o, 0));
 }
 
+// The host's view of the same rule: whether a writer must be ready for k-slot order.
+TEST(ExpertGemmChoice, MayBeKslotMirrorsTheDeviceRule) {
+  int32_t live = 0;
+  EXPECT_FALSE(OperandOrder{}.may_be_kslot());                                          // logical, no count
+  EXPECT_TRUE((OperandOrder{nullptr, -1}.may_be_kslot()));                              // always k-slot
+  EXPECT_TRUE((OperandOrder{&live, 5}.may_be_kslot()));                                 // decided by the count
+  EXPECT_FALSE((OperandOrder{&live, std::numeric_limits<int32_t>::max()}.may_be_kslot()));  // no count exceeds it
+  EXPECT_FALSE(choose_expert_gemm(48, 6, true, true, nullptr).operand_order(&live).may_be_kslot());  // decode only
+  EXPECT_TRUE(choose_expert_gemm(48, 8192 * 6, true, true, nullptr).operand_order(&live).may_be_kslot());
+}
+
 TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, true, "decode");
