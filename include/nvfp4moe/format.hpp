@@ -86,7 +86,8 @@ std::vector<float> dequantize(const Nvfp4Matrix& m);
 // a multiple of 128, scale columns k = cols/16 to a multiple of 4, zero bytes.
 int64_t swizzled_scale_bytes(int64_t rows, int64_t k);
 // Byte offset of (row m, scale column c) in the swizzled buffer, kp = padded k.
-inline int64_t swizzled_offset(int64_t m, int64_t c, int64_t kp) {
+// constexpr: the CUDA staging kernels call it too (--expt-relaxed-constexpr).
+constexpr int64_t swizzled_offset(int64_t m, int64_t c, int64_t kp) {
   return ((m >> 7) * (kp / 4) + (c >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (c & 3);
 }
 // linear [rows, k] -> swizzled (swizzled_scale_bytes(rows, k) bytes, padding zeroed).

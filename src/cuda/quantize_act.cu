@@ -6,6 +6,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/quantize_act.hpp"
 #include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/format.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -62,7 +63,7 @@ __device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t
   }
   if (scales_linear) scales_linear[row * (cols / kBlock) + b] = s;
   if (scales_swizzled)
-    scales_swizzled[((row >> 7) * (kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] = s;
+    scales_swizzled[swizzled_offset(row, b, kp)] = s;
   if (deq) {
     __nv_bfloat16* o = deq + row * deq_ld;
 #pragma unroll

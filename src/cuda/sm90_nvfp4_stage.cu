@@ -8,6 +8,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/sm90_nvfp4_stage.hpp"
 #include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/format.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -165,8 +166,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       }
       if (a.scales_linear) a.scales_linear[row * kb + b] = s;
       if (a.scales_swizzled)
-        a.scales_swizzled[((row >> 7) * (a.kp / 4) + (b >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (b & 3)] =
-            s;
+        a.scales_swizzled[swizzled_offset(row, b, a.kp)] = s;
       if (a.deq) {
         if (kslot) {  // the block's 8 column pairs, 4 pairs apart in its chunk's k-slot order
 #pragma unroll
