@@ -9,7 +9,8 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSlotBatch = 8;  // slots whose loads are in flight together
+constexpr int kSlotBatch = 8;   // slots whose loads are in flight together
+constexpr int kMaxVectorSlots = 64;  // top_k the vector kernel takes: its live flags are one 64-bit mask
 
 // Scalar reference: one element per thread. Used when rows are not 16-byte
 // aligned or H % 4 != 0, and by the tests as the reference of the vector kernel.
@@ -27,17 +28,19 @@ __global__ void combine_ref_kernel(CombineArgs a) {
 }
 
 // One CTA per token, 4 columns per thread and step. The slots' live flags are
-// read once per CTA; then the loads of up to kSlotBatch slots are issued
-// together (predicated, independent) before they are summed in slot order, so
-// each thread has many loads in flight instead of a chain of flag -> row
-// loads per slot (the reference kernel's latency bound). Same sums, same
-// order, same rounding as combine_ref_kernel.
+// read once per thread, into a bit mask; then the loads of up to kSlotBatch
+// slots are issued together (predicated, independent) before they are summed
+// in slot order, so each thread has many loads in flight instead of a chain of
+// flag -> row loads per slot (the reference kernel's latency bound). Same
+// sums, same order, same rounding as combine_ref_kernel.
 __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
   const int64_t t = blockIdx.x;
   const int64_t cols4 = a.hidden / 4;
   const float4* yp = reinterpret_cast<const float4*>(a.y_pair) + t * a.top_k * cols4;
   const float4* sh = a.shared ? reinterpret_cast<const float4*>(a.shared) + t * cols4 : nullptr;
   uint2* out = reinterpret_cast<uint2*>(a.y + t * a.hidden);
+  uint64_t live_slots = 0;  // bit j: slot j computed here
+  for (int j = 0; j < a.top_k; ++j) live_slots |= uint64_t(a.pos_of_pair[t * a.top_k + j] >= 0) << j;
   for (int64_t c = threadIdx.x; c < cols4; c += kThreads) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int j0 = 0; j0 < a.top_k; j0 += kSlotBatch) {
@@ -45,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
       bool live[kSlotBatch];
 #pragma unroll
       for (int j = 0; j < kSlotBatch; ++j) {
-        live[j] = j0 + j < a.top_k && a.pos_of_pair[t * a.top_k + j0 + j] >= 0;
+        live[j] = (live_slots >> (j0 + j)) & 1u;  // j0 + j <= 63: bits at and above top_k are 0
         if (live[j]) v[j] = __ldcs(yp + int64_t(j0 + j) * cols4 + c);  // read once: do not keep in L2
       }
 #pragma unroll
@@ -90,7 +93,7 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(4096, std::max<
 }  // namespace
 
 bool combine_vectorized(const CombineArgs& a) {
-  return a.hidden % 4 == 0 && aligned16(a.y_pair) && (!a.shared || aligned16(a.shared)) &&
+  return a.hidden % 4 == 0 && a.top_k <= kMaxVectorSlots && aligned16(a.y_pair) && (!a.shared || aligned16(a.shared)) &&
          (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
 }
 

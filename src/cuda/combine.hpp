@@ -19,7 +19,7 @@ struct CombineArgs {
   int top_k = 0;
   __nv_bfloat16* y = nullptr;          // [T, H]
 };
-// Vectorized when H % 4 == 0 and the rows are aligned (combine_vectorized),
+// Vectorized when H % 4 == 0, top_k <= 64 and the rows are aligned (combine_vectorized),
 // else the scalar reference; both give the same bytes.
 void combine_slots(const CombineArgs& args, cudaStream_t stream);
 bool combine_vectorized(const CombineArgs& args);

@@ -87,7 +87,7 @@ TEST_P(CombineShapes, SlotOrderSumMatchesHostAndReferenceBitForBit) {
   bool vectorized = false;
   const std::vector<uint16_t> got = run_combine(c, y_pair, pos, shared, false, &vectorized);
   const std::vector<uint16_t> ref = run_combine(c, y_pair, pos, shared, true);
-  EXPECT_EQ(vectorized, c.hidden % 4 == 0);
+  EXPECT_EQ(vectorized, c.hidden % 4 == 0 && c.top_k <= 64);
   int64_t bad = 0;
   for (size_t i = 0; i < expect.size(); ++i)
     if (got[i] != expect[i] || ref[i] != expect[i]) {
@@ -103,6 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CombineShapes,
                                            CombineCase{5, 7168, 6, false},    // V4-Pro hidden, no shared
                                            CombineCase{9, 516, 10, true},     // top_k above the slot batch of 8
                                            CombineCase{4, 1030, 3, true},     // H % 4 != 0: reference path
+                                           CombineCase{3, 64, 65, true},      // top_k > 64: reference path
                                            CombineCase{1, 4, 1, false}),      // one token, one vector
                          [](const auto& info) {
                            const CombineCase& c = info.param;
