@@ -288,6 +288,27 @@ TEST(Sm90Stage, RefusesWhatItDoesNotSupport) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("K=7168"), std::string::npos) << e.what();
   }
+  a = QuantizeActArgs{};
+  a.cols = 16 * 513;  // one thread per block, at most 512 a row
+  EXPECT_FALSE(sm90_nvfp4_stage_supports(a));
+}
+
+// K-slot order permutes whole 64-column chunks: a row of 48 columns is
+// refused before anything is queued (host only).
+TEST(Sm90Stage, KSlotOrderNeedsWholeChunks) {
+  alignas(16) static uint8_t bytes[256] = {};
+  QuantizeActArgs a;
+  a.x = bytes;
+  a.x_is_bf16 = true;
+  a.rows = 1;
+  a.cols = 48;
+  a.scope = ActScope::PerRow;
+  a.g_out = reinterpret_cast<float*>(bytes);
+  a.deq = reinterpret_cast<__nv_bfloat16*>(bytes);
+  a.deq_ld = 48;
+  a.deq_order = OperandOrder{nullptr, -1};  // always k-slot
+  ASSERT_TRUE(sm90_nvfp4_stage_supports(a));
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_stage(a, nullptr), "multiple of 64", "K=48");
 }
 
 }  // namespace
