@@ -88,6 +88,16 @@ int64_t resident_ctas(Kernel kernel, int threads, size_t smem) {
   return int64_t(sms) * std::max(1, per_sm);
 }
 
+// Raises (never lowers) a kernel's dynamic shared-memory opt-in on the
+// current device: layers of different sizes can share a process.
+template <typename Kernel>
+void allow_smem_at_least(Kernel kernel, size_t bytes) {
+  cudaFuncAttributes attr{};
+  NVFP4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (size_t(attr.maxDynamicSharedSizeBytes) < bytes)
+    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 class CudaEvent {
  public:
   explicit CudaEvent(unsigned flags = cudaEventDefault) { NVFP4_CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }

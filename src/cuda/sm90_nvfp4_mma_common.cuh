@@ -8,6 +8,7 @@
 
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "cuda/ptx/sm90_ld_cvt.cuh"
+#include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/sm90_nvfp4_fragment_dequant.cuh"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/swiglu.cuh"
@@ -99,8 +100,28 @@ struct Scheduler {
   }
 };
 
-// The activation operand of chunk `chunk` (relative to the lane's K start):
-// 16 contiguous BF16 per lane and n8 tile.
+// The activation operand of kStageChunks chunks from `chunk` (relative to
+// the lane's K start), 16 contiguous BF16 per lane, chunk and n8 tile, copied
+// into the lane's slots of one ring stage (slot (j * kNTiles + n) * 2 + h,
+// 512 bytes apart: a warp's reads of a slot are conflict-free), as one
+// cp.async group.
+template <int kNTiles, int kStageChunks>
+__device__ __forceinline__ void fetch_acts(const __nv_bfloat16* const (&act)[kNTiles], int live, int64_t chunk,
+                                           uint32_t slots) {
+#pragma unroll
+  for (int j = 0; j < kStageChunks; ++j)
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+      if (8 * n < live)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          ptx::cp_async_16_shared_l1(slots + ((j * kNTiles + n) * 2 + h) * 512,
+                                     act[n] + (chunk + j) * kMmaChunkK + 8 * h);
+  ptx::cp_async_commit();
+}
+
+// The activation operand of chunk `chunk` (relative to the lane's K start)
+// straight from global memory: 16 contiguous BF16 per lane and n8 tile.
 template <int kNTiles>
 __device__ __forceinline__ void load_acts(const __nv_bfloat16* const (&act)[kNTiles], int live, int64_t chunk,
                                           uint4 (&b)[kNTiles][2]) {
@@ -109,6 +130,17 @@ __device__ __forceinline__ void load_acts(const __nv_bfloat16* const (&act)[kNTi
     if (8 * n < live) {
       b[n][0] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK);
       b[n][1] = ptx::ld_global_nc_v4(act[n] + chunk * kMmaChunkK + 8);
+    }
+}
+
+// One chunk's activation operand back from the lane's slots (fetch_acts).
+template <int kNTiles>
+__device__ __forceinline__ void read_acts(int live, uint32_t slots, uint4 (&b)[kNTiles][2]) {
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n)
+    if (8 * n < live) {
+      b[n][0] = ptx::ld_shared_v4(slots + (2 * n) * 512);
+      b[n][1] = ptx::ld_shared_v4(slots + (2 * n + 1) * 512);
     }
 }
 

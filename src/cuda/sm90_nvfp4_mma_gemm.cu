@@ -23,10 +23,12 @@ constexpr int min_blocks() {
 template <Projection P, int kNTiles, int kMTiles>
 void launch(const Sm90MmaGemmParams& params, int grid_hint, cudaStream_t stream) {
   auto kernel = sm90_nvfp4_mma_gemm_kernel<P, kNTiles, kMTiles, min_blocks<kNTiles, kMTiles>()>;
+  constexpr size_t smem = act_ring_bytes<kNTiles, kMTiles>();
+  allow_smem_at_least(kernel, smem);  // past 48 KB for the wider items
   const int64_t items_max = (params.w.geometry.m_tiles / kMTiles) * params.plan.max_tiles;
-  int64_t grid = grid_hint > 0 ? grid_hint : resident_ctas(kernel, kThreads, 0);
+  int64_t grid = grid_hint > 0 ? grid_hint : resident_ctas(kernel, kThreads, smem);
   grid = std::max<int64_t>(1, std::min(grid, items_max));
-  kernel<<<unsigned(grid), kThreads, 0, stream>>>(params);
+  kernel<<<unsigned(grid), kThreads, smem, stream>>>(params);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_mma_gemm_kernel");
 }
 

@@ -2,15 +2,34 @@
 //
 // CTA: 4 warps on ONE unit — kMTiles m16 weight tiles x (8 * kNTiles) token
 // positions of one work tile — each warp a quarter of K. A lane keeps one
-// stage of 4 16-byte weight fragments in flight (the next one), loaded while
-// the current stage is dequantized and multiplied; the last stage of a unit
-// prefetches the first stage of the CTA's next unit, so the stream does not
-// drain between units.
+// stage in flight (the next one) while the current stage is dequantized and
+// multiplied: 4 16-byte weight fragments in registers, and (kActRing) its
+// activation operand by cp.async into its own slots of a two-stage
+// shared-memory ring (no barrier: a lane reads only what it copied; without
+// the ring, activations are loaded chunk by chunk). The last stage of a unit
+// prefetches the first stage of the CTA's next unit, so neither stream drains
+// between units.
 #pragma once
 
 #include "cuda/sm90_nvfp4_mma_common.cuh"
 
 namespace nvfp4moe::cuda {
+
+// Whether an item of kNTiles n8 tiles stages its activations through the
+// shared-memory ring. NOTES (bench/NOTES.md, session 4): it pays from 2 n8
+// tiles (5-15 %); with one, the direct loads were faster (by ~12 % at 1-8
+// tokens per expert).
+#ifndef NVFP4MOE_DECODE_RING_MIN_NTILES
+#define NVFP4MOE_DECODE_RING_MIN_NTILES 2
+#endif
+template <int kNTiles>
+constexpr bool kActRing = kNTiles >= NVFP4MOE_DECODE_RING_MIN_NTILES;
+
+// Dynamic shared memory of the activation ring: [2 stages][kWarps][chunk][n8 tile][half][lane] x 16 bytes.
+template <int kNTiles, int kMTiles>
+constexpr size_t act_ring_bytes() {
+  return kActRing<kNTiles> ? size_t(2) * mma_gemm::kWarps * (4 / kMTiles) * kNTiles * 2 * 32 * 16 : 0;
+}
 
 template <Projection P, int kNTiles, int kMTiles, int kMinBlocks>
 __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
@@ -23,8 +42,14 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   static_assert(kStageChunks % kMmaScaleChunks == 0, "a stage must cover whole scale words");
   using Sched = Scheduler<P, kNTiles, kMTiles>;
 
-  // Shared memory: every warp's partial sums, two buffers alternating by unit.
+  // Shared memory: every warp's partial sums, two buffers alternating by unit;
+  // the activation ring (act_ring_bytes), one 16-byte slot per lane and load.
   __shared__ float partial[2][kWarps][kMTiles * kNTiles * 4][32];
+  extern __shared__ __align__(16) uint8_t act_ring[];
+  constexpr uint32_t kSlot = 32 * 16;  // one 16-byte load of every lane of a warp
+  constexpr uint32_t kRingStage = uint32_t(kWarps) * kStageChunks * kNTiles * 2 * kSlot;
+  static_assert(!kActRing<kNTiles> || 2 * kRingStage == act_ring_bytes<kNTiles, kMTiles>(),
+                "ring size and launcher disagree");
 
   const MmaWeights& w = params.w;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -32,15 +57,18 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   const int64_t stages = (sch.k_chunks / kWarps) / kStageChunks;
   const uint4* codes = reinterpret_cast<const uint4*>(w.codes) + sch.chunk0 * 32 + lane;
   const uint32_t* scales = reinterpret_cast<const uint32_t*>(w.scales) + (sch.chunk0 / kMmaScaleChunks) * 32 + lane;
+  // This lane's slot of load (chunk j, tile n, half h) in ring stage b: ring + b * kRingStage + ((j * kNTiles + n) * 2 + h) * kSlot.
+  const uint32_t ring = ptx::smem_addr(act_ring) + uint32_t(warp) * (kRingStage / kWarps) + uint32_t(lane) * 16;
 
   Unit u = sch.first_unit();
   if (!sch.valid(u)) return;
   typename Sched::Operands op = sch.operands(u);
 
-  // Pipeline: the fragments of the next stage (of this unit or the next one).
+  // Pipeline: the weight fragments of the next stage (of this unit or the
+  // next one) in registers, its activations in ring stage `buf ^ 1`.
   uint4 frag[kMTiles][kStageChunks];
   uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
-  auto load_stage = [&](const typename Sched::Operands& o, int64_t st) {
+  auto load_stage = [&](const typename Sched::Operands& o, int64_t st, int buf) {
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint4* c = codes + (o.et[m] * sch.k_chunks + st * kStageChunks) * 32;
@@ -50,8 +78,10 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
       for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) scl[m][j] = ptx::ld_global_stream_u32(s + j * 32);
     }
+    if constexpr (kActRing<kNTiles>) fetch_acts<kNTiles, kStageChunks>(o.act, o.live, st * kStageChunks, ring + buf * kRingStage);
   };
-  load_stage(op, 0);
+  int buf = 0;
+  load_stage(op, 0, buf);
 
   for (int parity = 0;; parity ^= 1) {
     const Unit nu = sch.next(u);
@@ -68,7 +98,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[c2][m][n][c] = 0.0f;
 
-    for (int64_t st = 0; st < stages; ++st) {
+    for (int64_t st = 0; st < stages; ++st, buf ^= 1) {
       uint4 cur[kMTiles][kStageChunks];
       uint32_t cur_s[kMTiles][kStageChunks / kMmaScaleChunks];
 #pragma unroll
@@ -78,15 +108,24 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
         for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) cur_s[m][j] = scl[m][j];
       }
+      // The ring stage buf ^ 1 was last read by this lane in the previous
+      // stage, whose mmas (issued before this point) consumed those reads.
       if (st + 1 < stages) {
-        load_stage(op, st + 1);
+        load_stage(op, st + 1, buf ^ 1);
       } else if (has_next) {
-        load_stage(nop, 0);
+        load_stage(nop, 0, buf ^ 1);
+      } else if constexpr (kActRing<kNTiles>) {
+        ptx::cp_async_commit();  // an empty group keeps "all but the newest group done" = this stage
       }
+      if constexpr (kActRing<kNTiles>) ptx::cp_async_wait<1>();
 #pragma unroll
       for (int j = 0; j < kStageChunks; ++j) {
         uint4 b[kNTiles][2];
-        load_acts<kNTiles>(op.act, op.live, st * kStageChunks + j, b);
+        if constexpr (kActRing<kNTiles>) {
+          read_acts<kNTiles>(op.live, ring + buf * kRingStage + j * kNTiles * 2 * kSlot, b);
+        } else {
+          load_acts<kNTiles>(op.act, op.live, st * kStageChunks + j, b);
+        }
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m)
           mma_chunk<kNTiles>(cur[m][j], cur_s[m][j / kMmaScaleChunks] >> (16 * (j % kMmaScaleChunks)), b, op.live,

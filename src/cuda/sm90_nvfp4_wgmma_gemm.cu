@@ -393,19 +393,9 @@ void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, TokenB
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
-// Raises (never lowers) a kernel's shared-memory opt-in: layers with more
-// local experts may have been prepared before, in the same process.
-template <typename Kernel>
-void allow_smem_at_least(Kernel kernel, int bytes) {
-  cudaFuncAttributes attr{};
-  NVFP4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if (attr.maxDynamicSharedSizeBytes < bytes)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 template <int kBlockN>
 void prepare(int64_t local) {
-  const int smem = int(Smem<kBlockN>::bytes(local));
+  const size_t smem = Smem<kBlockN>::bytes(local);
   allow_smem_at_least(sm90_nvfp4_wgmma_gemm_kernel<Projection::GateUp, kBlockN>, smem);
   allow_smem_at_least(sm90_nvfp4_wgmma_gemm_kernel<Projection::Down, kBlockN>, smem);
 }

@@ -46,6 +46,12 @@ __device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
+// 16 bytes global -> shared, allocating in L1 too (cp.async.ca): for operands
+// that other warps of the SM read again.
+__device__ __forceinline__ void cp_async_16_shared_l1(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A/B of compile-time variants on the GPU machine, in one run: for each
+# variant (a set of extra CUDA defines, "-" for none) builds the library and
+# bench/sm90_gemm_bench.cu, then runs the routed-path bench on the same sizes,
+# so the variants share one machine, clock state and routing.
+# Usage: bench/device_ab.sh --tokens 1,8,64 [--experts 48,384] [--reps 10] VARIANT...
+#   e.g. bench/device_ab.sh --tokens 1,8 - "-DNVFP4MOE_DECODE_RING_MIN_NTILES=1"
+# Logs: $OUT/ab_<i>.log; the GEMM lines of every variant are printed last.
+set -euo pipefail
+TOKENS="1,8,64,512"
+EXPERTS="48,384"
+REPS=10
+VARIANTS=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --tokens) TOKENS="$2"; shift 2 ;;
+    --experts) EXPERTS="$2"; shift 2 ;;
+    --reps) REPS="$2"; shift 2 ;;
+    *) VARIANTS+=("$1"); shift ;;
+  esac
+done
+OUT="${OUT:-$PWD/device-out}"
+mkdir -p "$OUT"
+for i in "${!VARIANTS[@]}"; do
+  flags="${VARIANTS[$i]}"
+  [[ "$flags" == "-" ]] && flags=""
+  b="build-ab$i"
+  cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF -DNVFP4MOE_BUILD_TESTS=OFF \
+    "-DCMAKE_CUDA_FLAGS=$flags" > "$OUT/ab_build_$i.log" 2>&1
+  ninja -C "$b" -j "$(nproc)" nvfp4moe >> "$OUT/ab_build_$i.log" 2>&1
+  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr $flags -Iinclude -Isrc \
+    bench/sm90_gemm_bench.cu "$b/libnvfp4moe.a" -lcublas -o "$b/sm90_gemm_bench" >> "$OUT/ab_build_$i.log" 2>&1
+done
+for i in "${!VARIANTS[@]}"; do
+  "build-ab$i/sm90_gemm_bench" --tokens "$TOKENS" --experts "$EXPERTS" --reps "$REPS" --no-simple > "$OUT/ab_$i.log" 2>&1
+done
+for i in "${!VARIANTS[@]}"; do
+  echo "== variant $i: ${VARIANTS[$i]}"
+  grep -E "^(EP|     stages)" "$OUT/ab_$i.log" | sed -E 's/ +stages us:.*\| sweep/   sweep/'
+done
