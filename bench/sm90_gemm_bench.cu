@@ -340,13 +340,26 @@ int main(int argc, char** argv) {
       const double fast_group = time_us(r, [&] { sm90_nvfp4_group(ga, nullptr); });
       const double fast_quant = time_us(r, [&] { sm90_nvfp4_stage(qa, nullptr); });
       const double fast_requant = time_us(r, [&] { sm90_nvfp4_requant(rq, nullptr); });
-      // Both wgmma tile widths; every decode configuration where decode is in the running.
+      // Every wgmma tile width over all blocks (TokenBlocks::All), the four
+      // Split launches together; every decode configuration where decode is
+      // in the running.
       std::string sweep;
-      for (int bn : {64, 128}) {
+      for (int bn : {32, 64, 96, 128}) {
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
         const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
         char buf[64];
         std::snprintf(buf, sizeof buf, "%swgmma%d:%.0f", sweep.empty() ? "" : " ", bn, a + b);
+        sweep += buf;
+      }
+      {
+        auto split = [&](const GroupedGemmPlan& plan, const MmaWeights& m) {
+          for (const int width : {128, 96, 64, 32})
+            sm90_nvfp4_wgmma_gemm(plan, m, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, nullptr);
+        };
+        const double a = time_us(std::max(3, r / 2), [&] { split(l1, m1); });
+        const double b = time_us(std::max(3, r / 2), [&] { split(l2, m2); });
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " split:%.0f", a + b);
         sweep += buf;
       }
       const std::vector<Sm90MmaGemmConfig> decode_configs{

@@ -101,9 +101,9 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, co
       case ExpertGemmCandidate::Wgmma64:
         sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{64, 0}, stream);
         break;
-      case ExpertGemmCandidate::Wgmma128:  // 128-wide blocks, and last blocks of <= 64 rows at 64 wide
-        sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{128, 0, TokenBlocks::Wide128}, stream);
-        sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}, stream);
+      case ExpertGemmCandidate::Wgmma128:  // 128-wide blocks; a last block at the width of its rows
+        for (const int width : {128, 96, 64, 32})
+          sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, stream);
         break;
     }
   }

@@ -16,7 +16,7 @@
 //   <= 16: sm90_nvfp4_mma_gemm (decode; K % 1024 == 0)
 //   <= 48: sm90_nvfp4_wgmma_gemm, 64 positions per tile
 //   above: sm90_nvfp4_wgmma_gemm, 128 positions per tile, an expert's last
-//          block at 64 when it holds <= 64 rows (a second launch, TokenBlocks)
+//          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
 // NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode
 // falls back to wgmma where it does not support the shape.
 #pragma once

@@ -39,8 +39,10 @@ static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fil
 // Shared memory of one CTA, by named offsets from a 1024-byte aligned base.
 template <int kBlockN>
 struct Smem {
-  static_assert(kBlockN == 64 || kBlockN == 128, "kBlockN: 64 or 128 token positions per tile");
-  static constexpr int kStages = kBlockN == 128 ? 4 : 6;
+  static_assert(kBlockN == 32 || kBlockN == 64 || kBlockN == 96 || kBlockN == 128,
+                "kBlockN: 32, 64, 96 or 128 token positions per tile");
+  // As many stages as fit ~200 KB (kMaxLocalExperts' scheduler arrays take the rest).
+  static constexpr int kStages = kBlockN == 128 ? 4 : kBlockN == 96 ? 4 : kBlockN == 64 ? 6 : 7;
   static constexpr int kActChunk = kBlockN * kActAtomBytes;         // swizzled [kBlockN][64] BF16 of one chunk
   static constexpr int kActStage = kStageChunks * kActChunk;
   static constexpr int kCodeStage = kMTilesPerCta * kStageChunks * kFragBytes;
@@ -81,13 +83,15 @@ struct Tile {
 // (TokenBlocks), and where block b starts.
 template <int kBlockN>
 __device__ __forceinline__ int32_t token_blocks(int32_t rows, TokenBlocks mode) {
-  if (mode == TokenBlocks::Wide128) return rows / 128 + (rows % 128 > 64 ? 1 : 0);
-  if (mode == TokenBlocks::Tail64) return rows % 128 != 0 && rows % 128 <= 64 ? 1 : 0;
-  return (rows + kBlockN - 1) / kBlockN;
+  if (mode == TokenBlocks::All) return (rows + kBlockN - 1) / kBlockN;
+  const int32_t last = rows % 128;
+  const int32_t tail = last != 0 && wgmma_tile_width(last) == kBlockN ? 1 : 0;
+  return (kBlockN == 128 ? rows / 128 : 0) + tail;
 }
 template <int kBlockN>
 __device__ __forceinline__ int32_t token_block_begin(int32_t rows, int32_t block, TokenBlocks mode) {
-  return mode == TokenBlocks::Tail64 ? rows / 128 * 128 : block * kBlockN;
+  if (mode == TokenBlocks::All) return block * kBlockN;
+  return (kBlockN == 128 ? block : rows / 128) * 128;  // Split: full blocks, then the last one
 }
 
 // Tile t of the CTA-local work list: experts in order, then m-blocks, then
@@ -114,8 +118,12 @@ __device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const
 
 template <int kBlockN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (kBlockN == 64) {
+  if constexpr (kBlockN == 32) {
+    ptx::wgmma_m64n32k16_rs(d, a, desc);
+  } else if constexpr (kBlockN == 64) {
     ptx::wgmma_m64n64k16_rs(d, a, desc);
+  } else if constexpr (kBlockN == 96) {
+    ptx::wgmma_m64n96k16_rs(d, a, desc);
   } else {
     ptx::wgmma_m64n128k16_rs(d, a, desc);
   }
@@ -402,17 +410,17 @@ void prepare(int64_t local) {
 
 template <Projection P>
 void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  NVFP4_CHECK(cfg.blocks == TokenBlocks::All || (cfg.blocks == TokenBlocks::Wide128) == (cfg.block_n == 128),
-              "sm90_nvfp4_wgmma_gemm: token blocks Wide128 need block_n 128 and Tail64 block_n 64, got ", cfg);
+  if (cfg.block_n == 32) return launch<P, 32>(p, w, cfg.grid, cfg.blocks, stream);
   if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg.grid, cfg.blocks, stream);
+  if (cfg.block_n == 96) return launch<P, 96>(p, w, cfg.grid, cfg.blocks, stream);
   if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg.grid, cfg.blocks, stream);
-  NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 64, 128)");
+  NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 32, 64, 96, 128)");
 }
 
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c) {
-  const char* blocks[] = {"All", "Wide128", "Tail64"};
+  const char* blocks[] = {"All", "Split"};
   return os << "Sm90WgmmaGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid
             << ", blocks=" << blocks[int(c.blocks)] << "}";
 }
@@ -423,10 +431,13 @@ void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
   int device = 0, optin = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t need = std::max(Smem<64>::bytes(local_experts), Smem<128>::bytes(local_experts));
+  const size_t need = std::max({Smem<32>::bytes(local_experts), Smem<64>::bytes(local_experts),
+                                Smem<96>::bytes(local_experts), Smem<128>::bytes(local_experts)});
   NVFP4_CHECK(need <= size_t(optin), "sm90_nvfp4_wgmma_gemm: ", need, " bytes of shared memory for ", local_experts,
               " local experts exceed the device's ", optin);
+  prepare<32>(local_experts);
   prepare<64>(local_experts);
+  prepare<96>(local_experts);
   prepare<128>(local_experts);
 }
 

@@ -7,7 +7,8 @@
 // tokens per expert:
 //   * one CTA = 2 consumer warpgroups + 1 producer warpgroup, persistent over
 //     tiles of 16 m-tiles (256 weight rows, 8 m-tiles per consumer
-//     warpgroup) x kBlockN token positions of one expert, K in stages of 128;
+//     warpgroup) x block_n token positions of one expert (32, 64, 96 or
+//     128; TokenBlocks says which blocks a launch takes), K in stages of 128;
 //   * the producer warpgroup streams each stage into a ring with 16-byte
 //     cp.async (arrive.noinc on the stage's full barrier): the m-tiles' code
 //     runs and scale words, and the operand rows of the block's tokens,
@@ -36,17 +37,26 @@
 
 namespace nvfp4moe::cuda {
 
-// Which token blocks of each expert's rows a launch covers. All: every block
-// of block_n. Wide128 (block_n 128) and Tail64 (block_n 64) split the work of
-// one expert with r rows in two launches that together cover it once: the
-// 128-wide blocks, except that a last block of at most 64 rows (r % 128 in
-// 1..64) goes to Tail64 at 64 wide. A partial last block then leaves at most
-// 63 tile columns empty instead of up to 127, and a 64-wide tile costs about
-// 0.7 of a 128-wide one (bench/NOTES.md).
-enum class TokenBlocks : int32_t { All, Wide128, Tail64 };
+// The wgmma width (N) of a block with `rows` live positions under Split: the
+// next multiple of 32.
+constexpr int wgmma_tile_width(int rows) { return (rows + 31) / 32 * 32; }
+
+// Which token blocks of each expert's rows a launch covers.
+//   All: every block of block_n positions (an expert's last one may be
+//     partial and still runs block_n wide).
+//   Split: an expert with r rows is r / 128 full blocks of 128 and, when
+//     r % 128 != 0, one last block of r % 128 rows, run at
+//     wgmma_tile_width(r % 128). The launch with block_n W takes the last
+//     blocks of width W and, for W = 128, the full blocks: the four launches
+//     (128, 96, 64, 32) together cover every block once, and a partial last
+//     block leaves at most 31 tile columns idle instead of up to 127 (a
+//     narrower tile takes less time, bench/NOTES.md). One kernel cannot
+//     switch widths per tile: the 128-wide accumulators leave ptxas no
+//     registers for a second wgmma shape, and it serialises them.
+enum class TokenBlocks : int32_t { All, Split };
 
 struct Sm90WgmmaGemmConfig {
-  int block_n = 128;  // token positions per tile: 64 or 128
+  int block_n = 128;  // token positions per tile: 32, 64, 96 or 128
   int grid = 0;       // persistent CTAs (0: one per SM)
   TokenBlocks blocks = TokenBlocks::All;
 };

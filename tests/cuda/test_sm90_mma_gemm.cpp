@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -248,10 +249,10 @@ double compare(const std::vector<float>& got, const std::vector<double>& want, i
 // kernel, the wgmma kernel with `block_n`, or run_expert_gemm's device-side
 // choice among all of them (pairs_bound: the host's bound it is given).
 struct KernelUnderTest {
-  // WgmmaSplit: the Wide128 + Tail64 launches together; Tail64Only: that
-  // launch alone, which must write exactly the positions of last blocks of
-  // <= 64 rows (TokenBlocks).
-  enum Which { Mma, Simple, Wgmma, Chosen, WgmmaSplit, Tail64Only } which = Mma;
+  // WgmmaSplit: the four TokenBlocks::Split launches together; SplitOne: the
+  // one of width block_n alone, which must write exactly the positions of
+  // its blocks (the full ones for 128, last blocks of its width).
+  enum Which { Mma, Simple, Wgmma, Chosen, WgmmaSplit, SplitOne } which = Mma;
   Sm90MmaGemmConfig mma;
   int block_n = 0;
   int64_t pairs_bound = 0;
@@ -264,8 +265,8 @@ std::ostream& operator<<(std::ostream& os, const KernelUnderTest& k) {
     case KernelUnderTest::Simple: return os << "simple";
     case KernelUnderTest::Wgmma: return os << "wgmma block_n=" << k.block_n;
     case KernelUnderTest::Chosen: return os << "run_expert_gemm pairs_bound=" << k.pairs_bound;
-    case KernelUnderTest::WgmmaSplit: return os << "wgmma Wide128 + Tail64";
-    case KernelUnderTest::Tail64Only: return os << "wgmma Tail64 alone";
+    case KernelUnderTest::WgmmaSplit: return os << "wgmma split, four widths";
+    case KernelUnderTest::SplitOne: return os << "wgmma split, width " << k.block_n << " alone";
   }
   return os;
 }
@@ -349,7 +350,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   for (int32_t id : p.ids) live += id >= 0;
   using K = ExpertGemmCandidate;
   const bool kslot = kut.which == KernelUnderTest::Wgmma || kut.which == KernelUnderTest::WgmmaSplit ||
-                     kut.which == KernelUnderTest::Tail64Only ||
+                     kut.which == KernelUnderTest::SplitOne ||
                      (kut.which == KernelUnderTest::Chosen &&
                       (choice.kind_for(live) == K::Wgmma64 || choice.kind_for(live) == K::Wgmma128));
   // The order the staging kernels would be told to write agrees with the kernel that runs.
@@ -426,15 +427,14 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       run_expert_gemm(l2, has_fragment ? &m2 : nullptr, choice, nullptr);
       break;
     case KernelUnderTest::WgmmaSplit:
-      for (const Sm90WgmmaGemmConfig c : {Sm90WgmmaGemmConfig{128, 0, TokenBlocks::Wide128},
-                                          Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}}) {
-        sm90_nvfp4_wgmma_gemm(l1, m1, c, nullptr);
-        sm90_nvfp4_wgmma_gemm(l2, m2, c, nullptr);
+      for (const int width : {128, 96, 64, 32}) {
+        sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, nullptr);
+        sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, nullptr);
       }
       break;
-    case KernelUnderTest::Tail64Only:
-      sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}, nullptr);
-      sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Tail64}, nullptr);
+    case KernelUnderTest::SplitOne:
+      sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
+      sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
       break;
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -447,15 +447,15 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   for (int64_t pair = 0; pair < P; ++pair)
     if (const int32_t pos = h_pos_of_pair[size_t(pair)]; pos >= 0)
       std::memcpy(&h_pair[size_t(pair * p.I)], &hh[size_t(pos * p.I)], size_t(p.I) * 4);
-  if (kut.which == KernelUnderTest::Tail64Only) {  // written exactly in last blocks of <= 64 rows
+  if (kut.which == KernelUnderTest::SplitOne) {  // written exactly in the blocks of its width
     std::vector<int32_t> off(static_cast<size_t>(p.E + 1));
     offsets.download(off.data(), off.size());
     NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
     int64_t wrong = 0, tails = 0;
     for (int64_t e = 0; e < p.E; ++e) {
-      const int32_t rows = off[size_t(e + 1)] - off[size_t(e)], tail = rows % 128;
+      const int32_t rows = off[size_t(e + 1)] - off[size_t(e)], full = rows / 128 * 128, last = rows % 128;
       for (int32_t r = 0; r < rows; ++r) {
-        const bool want = tail > 0 && tail <= 64 && r >= rows / 128 * 128;
+        const bool want = r < full ? kut.block_n == 128 : wgmma_tile_width(last) == kut.block_n;
         tails += want;
         const int64_t pos = off[size_t(e)] + r;
         const bool got_h = !std::isnan(hh[size_t(pos * p.I)]), got_h_last = !std::isnan(hh[size_t(pos * p.I + p.I - 1)]);
@@ -518,7 +518,7 @@ TEST_P(Sm90MmaGemm, MatchesFp64ReferenceInEveryConfiguration) {
 // 100: an expert with more than one 64-position work tile.
 INSTANTIATE_TEST_SUITE_P(Tokens, Sm90MmaGemm, ::testing::Values(1, 5, 40, 100));
 
-// The wgmma prefill kernel at both tile widths, and run_expert_gemm's
+// The wgmma prefill kernel at every tile width, and run_expert_gemm's
 // device-side choice among all kernels, against the same FP64 reference.
 struct WgmmaCase {
   int64_t T, H, I;
@@ -527,7 +527,7 @@ std::ostream& operator<<(std::ostream& os, const WgmmaCase& c) { return os << "T
 
 class Sm90WgmmaGemm : public ::testing::TestWithParam<WgmmaCase> {};
 
-TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
+TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtEveryTileWidthAndWhenChosen) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -535,10 +535,11 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
   const WgmmaCase c = GetParam();
   const Problem p = make_problem(rng, c.T, c.H, c.I);
   if (mma_layout_fits(c.H, c.I)) {
-    run_and_check(p, wgmma_kernel(64), "wgmma");
-    run_and_check(p, wgmma_kernel(128), "wgmma");
+    for (const int width : {32, 64, 96, 128}) {
+      run_and_check(p, wgmma_kernel(width), "wgmma");
+      run_and_check(p, KernelUnderTest{KernelUnderTest::SplitOne, {}, width}, "wgmma split, one width");
+    }
     run_and_check(p, KernelUnderTest{KernelUnderTest::WgmmaSplit}, "wgmma split");
-    run_and_check(p, KernelUnderTest{KernelUnderTest::Tail64Only}, "wgmma tail");
   }
   // The host bound exact (T*k) and loose (10x: every candidate queued, the device picks).
   for (int64_t bound : {c.T * p.k, 10 * c.T * p.k}) {
@@ -550,7 +551,7 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtBothTileWidthsAndWhenChosen) {
 
 // T=1: one token; 40: under one tile; 300: experts with several 64-position
 // blocks and a partial 128 one; 100 and 200: experts around 64 and 128 rows,
-// last blocks on both sides of the Wide128 / Tail64 split. H=640, I=384: 40 down m-tiles (a last block
+// last blocks of several widths (TokenBlocks::Split). H=640, I=384: 40 down m-tiles (a last block
 // with one idle warpgroup), K not a multiple of 1024 (no decode kernel: wgmma
 // from zero pairs). H=576, I=320: no fragment layout (the simple kernel).
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
@@ -563,6 +564,49 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
                            os << info.param;
                            return os.str();
                          });
+
+// TokenBlocks::Split with routing that fixes every expert's row count, so
+// that each width class of a last block is present whatever the seed:
+// 145 = 128 + 17 (a 32-wide last block), 205 = 128 + 77 (96), 250 = 128 + 122
+// (128), then 180 = 128 + 52 and 190 = 128 + 62 (64), 230 = 128 + 102 (128).
+// Each problem routes T=300 tokens to two distinct experts (no empty slots).
+TEST(Sm90WgmmaSplit, EveryLastBlockWidthMatchesFp64Reference) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  for (const std::array<int32_t, 3> counts : {std::array<int32_t, 3>{145, 205, 250}, std::array<int32_t, 3>{180, 230, 190}}) {
+    Problem p = make_problem(rng, 300);
+    ASSERT_EQ(p.E, 3);
+    ASSERT_EQ(p.k, 2);
+    // Slot 0 of token t takes entry t of the experts in order, slot 1 entry t + 300: distinct per token
+    // for these counts (each count < 300 and the first two sum past 300).
+    std::vector<int32_t> order;
+    for (int32_t e = 0; e < 3; ++e) order.insert(order.end(), size_t(counts[size_t(e)]), e);
+    ASSERT_EQ(order.size(), size_t(2 * p.T));
+    for (int64_t t = 0; t < p.T; ++t) {
+      p.ids[size_t(2 * t)] = order[size_t(t)];
+      p.ids[size_t(2 * t + 1)] = order[size_t(t + p.T)];
+      ASSERT_NE(p.ids[size_t(2 * t)], p.ids[size_t(2 * t + 1)]) << "token " << t;
+    }
+    compute_reference(p);
+    SCOPED_TRACE(::testing::Message() << "rows per expert " << counts[0] << ", " << counts[1] << ", " << counts[2]);
+    run_and_check(p, KernelUnderTest{KernelUnderTest::WgmmaSplit}, "wgmma split");
+    for (const int width : {32, 64, 96, 128})
+      run_and_check(p, KernelUnderTest{KernelUnderTest::SplitOne, {}, width}, "wgmma split, one width");
+  }
+}
+
+TEST(Sm90WgmmaSplit, TileWidthIsTheRowsRoundedUpTo32) {
+  EXPECT_EQ(wgmma_tile_width(1), 32);
+  EXPECT_EQ(wgmma_tile_width(32), 32);
+  EXPECT_EQ(wgmma_tile_width(33), 64);
+  EXPECT_EQ(wgmma_tile_width(64), 64);
+  EXPECT_EQ(wgmma_tile_width(65), 96);
+  EXPECT_EQ(wgmma_tile_width(96), 96);
+  EXPECT_EQ(wgmma_tile_width(97), 128);
+  EXPECT_EQ(wgmma_tile_width(127), 128);
+}
 
 // A NaN in one token's operand reaches that token's outputs only (spec 6).
 TEST(Sm90MmaGemmNaN, PropagatesToItsTokenOnly) {
@@ -650,7 +694,7 @@ TEST(Sm90WgmmaGemmPrepare, NeverLowersAnEarlierOptIn) {
   plan.h_out = h.get();
   plan.ld_h = plan.n_valid;
   const MmaWeights w{codes.get(), scales.get(), MmaGeometry{128, 2}};
-  for (int bn : {64, 128}) {
+  for (int bn : {32, 64, 96, 128}) {
     EXPECT_NO_THROW(sm90_nvfp4_wgmma_gemm(plan, w, Sm90WgmmaGemmConfig{bn, 0}, nullptr)) << "block_n " << bn;
     NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -779,10 +823,8 @@ TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
   p.y_pair = nullptr;
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "y_pair");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, MmaWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
-  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{64, 0, TokenBlocks::Wide128}, nullptr),
-                        "block_n=64", "blocks=Wide128");
-  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{128, 0, TokenBlocks::Tail64}, nullptr),
-                        "block_n=128", "blocks=Tail64");
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{48, 0, TokenBlocks::Split}, nullptr),
+                        "block_n=48", "32, 64, 96, 128");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(0), "local_experts=0");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
   p = good;
