@@ -145,18 +145,22 @@ PY
   done
 fi
 
-# Where the decode kernel's warps wait, per SASS instruction (Nsight Compute
-# source view, free-running clocks): the L1 decode GEMM of one ep8 T=1
-# forward; the top instructions by stall samples with their opcodes. Not a
-# default step.
+# Where a GEMM kernel's warps wait, per SASS instruction (Nsight Compute
+# source view, free-running clocks): by default the L1 decode GEMM of one ep8
+# T=1 forward; PROFILE_KERNEL (regex), PROFILE_TOKENS and PROFILE_SKIP (launches
+# of that kernel to skip) pick another, e.g. the 64-wide wgmma launch of
+# ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_wgmma_gemm_kernel PROFILE_SKIP=2.
+# The top instructions by stall samples with their opcodes. Not a default step.
 if has_step profile-decode; then
+  PK="${PROFILE_KERNEL:-sm90_nvfp4_mma_gemm_kernel}"
+  PT="${PROFILE_TOKENS:-1}"
   set +e
-  timeout 200 ncu --clock-control none --kernel-name regex:sm90_nvfp4_mma_gemm_kernel --launch-count 1 \
+  timeout 200 ncu --clock-control none --kernel-name "regex:$PK" --launch-skip "${PROFILE_SKIP:-0}" --launch-count 1 \
     --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-    "$BUILD/nvfp4moe" bench --workload ep8 --tokens 1 --iters 1 --warmup 0 --no-ceilings \
+    "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$PT" --iters 1 --warmup 0 --no-ceilings \
     > "$OUT/ncu_decode_source.csv" 2> "$OUT/ncu_decode_source.err"
   set -e
-  note "profile-decode (ncu source view, L1 decode GEMM, ep8 T=1): top instructions by warp stall samples"
+  note "profile-decode (ncu source view, $PK launch ${PROFILE_SKIP:-0}, ep8 T=$PT): top instructions by warp stall samples"
   python3 - "$OUT/ncu_decode_source.csv" <<'PY' | tee -a "$SUMMARY"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1], errors="replace"))]

@@ -368,8 +368,8 @@ int main(int argc, char** argv) {
       for (const Sm90MmaGemmConfig& c : P > 32 * E ? std::vector<Sm90MmaGemmConfig>{} : decode_configs) {
         const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
         const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l2, m2, c, nullptr); });
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%dx%d:%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, a + b);
+        char buf[64];  // L1 + L2: the projections may prefer different configurations
+        std::snprintf(buf, sizeof buf, "%s%dx%d:%.0f+%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, a, b);
         sweep += buf;
       }
       // Persistent grid size (CTAs per SM) for the chosen configuration.
@@ -422,7 +422,7 @@ int main(int argc, char** argv) {
                   100.0 * floor_us / gemm, simple_l1 + simple_l2, run_simple ? (simple_l1 + simple_l2) / gemm : 0.0,
                   fast_quant, graph_us, 100.0 * stage_frac);
       std::printf("     stages us: group %.1f (fast %.1f) quant %.1f (fast %.1f) L1 %.1f requant %.1f (fast %.1f) L2 %.1f combine %.1f | "
-                  "sweep (L1+L2 us) %s\n",
+                  "sweep (us; decode configurations L1+L2) %s\n",
                   st.group, fast_group, st.quant, fast_quant, st.l1, st.requant, fast_requant, st.l2, st.combine, sweep.c_str());
       std::fflush(stdout);
       if (js)

@@ -771,6 +771,9 @@ TEST(Sm90MmaGemmHeuristic, ConfigFromTokensPerExpert) {
   const Sm90MmaGemmConfig one = sm90_nvfp4_mma_gemm_config(6, 48);
   EXPECT_EQ(one.n_tiles, 1);
   EXPECT_EQ(one.m_tiles, 1);
+  const Sm90MmaGemmConfig per_one = sm90_nvfp4_mma_gemm_config(384, 384);  // T=64, EP1: one token per expert
+  EXPECT_EQ(per_one.n_tiles, 1);
+  EXPECT_EQ(per_one.m_tiles, 2);
   const Sm90MmaGemmConfig eight = sm90_nvfp4_mma_gemm_config(384, 48);  // T=64, EP8
   EXPECT_EQ(eight.n_tiles, 2);
   EXPECT_EQ(eight.m_tiles, 2);
