@@ -102,8 +102,7 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, co
         sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{64, 0}, stream);
         break;
       case ExpertGemmCandidate::Wgmma128:  // 128-wide blocks; a last block at the width of its rows
-        for (const int width : {128, 96, 64, 32})
-          sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, stream);
+        sm90_nvfp4_wgmma_gemm_split(p, *fragment, stream);
         break;
     }
   }

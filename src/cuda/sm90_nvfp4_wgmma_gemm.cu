@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/ptx/sm90_griddep.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"
 #include "cuda/sm90_nvfp4_fragment_dequant.cuh"
@@ -181,9 +182,7 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
 }
 
 template <Projection P, int kBlockN>
-__global__ void __launch_bounds__(kThreads, 1)
-    sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w,
-                                 TokenBlocks mode) {
+__device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, const MmaWeights& w, TokenBlocks mode) {
   using S = Smem<kBlockN>;
   constexpr int kStages = S::kStages;
   constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
@@ -390,14 +389,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The kernel: one persistent CTA (wgmma_gemm_cta), bracketed for
+// programmatic dependent launch — the next kernel may start on the SMs this
+// grid frees, and this grid completes only after the one it may overlap
+// (Sm90WgmmaGemmConfig::overlap_previous), so completion stays in stream order.
 template <Projection P, int kBlockN>
-void launch(const GroupedGemmPlan& p, const MmaWeights& w, int grid_hint, TokenBlocks mode, cudaStream_t stream) {
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w,
+                                 TokenBlocks mode) {
+  ptx::griddep_launch_dependents();
+  wgmma_gemm_cta<P, kBlockN>(plan, w, mode);
+  ptx::griddep_wait();
+}
+
+template <Projection P, int kBlockN>
+void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
   int device = 0, sms = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int grid = grid_hint > 0 ? grid_hint : sms;  // persistent: surplus CTAs find no tile
-  sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN><<<unsigned(grid), kThreads, smem, stream>>>(p, w, mode);
+  const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = dim3(unsigned(grid));
+  lc.blockDim = dim3(kThreads);
+  lc.dynamicSmemBytes = smem;
+  lc.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = &overlap;
+  lc.numAttrs = cfg.overlap_previous ? 1 : 0;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>, p, w, cfg.blocks));
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
@@ -410,10 +432,10 @@ void prepare(int64_t local) {
 
 template <Projection P>
 void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.block_n == 32) return launch<P, 32>(p, w, cfg.grid, cfg.blocks, stream);
-  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg.grid, cfg.blocks, stream);
-  if (cfg.block_n == 96) return launch<P, 96>(p, w, cfg.grid, cfg.blocks, stream);
-  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg.grid, cfg.blocks, stream);
+  if (cfg.block_n == 32) return launch<P, 32>(p, w, cfg, stream);
+  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg, stream);
+  if (cfg.block_n == 96) return launch<P, 96>(p, w, cfg, stream);
+  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg, stream);
   NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 32, 64, 96, 128)");
 }
 
@@ -422,7 +444,7 @@ void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemm
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c) {
   const char* blocks[] = {"All", "Split"};
   return os << "Sm90WgmmaGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid
-            << ", blocks=" << blocks[int(c.blocks)] << "}";
+            << ", blocks=" << blocks[int(c.blocks)] << ", overlap_previous=" << c.overlap_previous << "}";
 }
 
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
@@ -469,6 +491,11 @@ void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const 
     NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_wgmma_gemm (down): y_pair and topk_weights are required");
     dispatch<Projection::Down>(p, w, cfg, stream);
   }
+}
+
+void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& p, const MmaWeights& w, cudaStream_t stream) {
+  for (const int width : {128, 96, 64, 32})
+    sm90_nvfp4_wgmma_gemm(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != 128}, stream);
 }
 
 }  // namespace nvfp4moe::cuda

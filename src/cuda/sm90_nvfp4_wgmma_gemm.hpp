@@ -59,6 +59,12 @@ struct Sm90WgmmaGemmConfig {
   int block_n = 128;  // token positions per tile: 32, 64, 96 or 128
   int grid = 0;       // persistent CTAs (0: one per SM)
   TokenBlocks blocks = TokenBlocks::All;
+  // Programmatic dependent launch: the kernel may start on the SMs the
+  // previous kernel in the stream frees while that one still runs, so the
+  // previous kernel must not write anything this one reads (true between
+  // the Split launches: same inputs, disjoint outputs). Either way the kernel
+  // completes only after the previous one: what follows sees both.
+  bool overlap_previous = false;
 };
 std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 
@@ -67,6 +73,10 @@ std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 // earlier opt-in: layers of different sizes can share a process). Call before
 // launching (e.g. at weight upload), not during stream capture.
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts);
+
+// Queues the four TokenBlocks::Split launches (128, 96, 64, 32), each after
+// the first overlapping the tail of the one before.
+void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& plan, const MmaWeights& w, cudaStream_t stream);
 
 // Queues the GEMM of `plan` (its weights/geometry/tiles fields are unused;
 // plan.offsets and plan.local_experts are required) on the fragment-layout

@@ -427,10 +427,8 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       run_expert_gemm(l2, has_fragment ? &m2 : nullptr, choice, nullptr);
       break;
     case KernelUnderTest::WgmmaSplit:
-      for (const int width : {128, 96, 64, 32}) {
-        sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, nullptr);
-        sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split}, nullptr);
-      }
+      sm90_nvfp4_wgmma_gemm_split(l1, m1, nullptr);
+      sm90_nvfp4_wgmma_gemm_split(l2, m2, nullptr);
       break;
     case KernelUnderTest::SplitOne:
       sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
