@@ -8,7 +8,9 @@
 //     straight from global memory into registers, 16 bytes per lane, one
 //     stage (4 fragments per lane) in flight ahead of the math — no shared
 //     memory on the weight path; a unit's last stage prefetches the next
-//     unit's first, so the stream never drains between units;
+//     unit's first, so the stream never drains between units; items of 2+
+//     n8 token tiles fetch their activations a stage ahead as well (cp.async
+//     into a per-lane shared-memory ring);
 //   * dequantization in registers: 11 integer ops per 8 codes plus one BF16
 //     multiply per 2 values (exact: value(q) * s fits BF16);
 //   * mma.sync m16n8k16 with the weights as the 16-row A operand and 8
