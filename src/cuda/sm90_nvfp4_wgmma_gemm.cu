@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm90_griddep.cuh"
@@ -40,10 +43,12 @@ static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fil
 // Shared memory of one CTA, by named offsets from a 1024-byte aligned base.
 template <int kBlockN>
 struct Smem {
-  static_assert(kBlockN == 32 || kBlockN == 64 || kBlockN == 96 || kBlockN == 128,
-                "kBlockN: 32, 64, 96 or 128 token positions per tile");
-  // As many stages as fit ~200 KB (kMaxLocalExperts' scheduler arrays take the rest).
-  static constexpr int kStages = kBlockN == 128 ? 4 : kBlockN == 96 ? 4 : kBlockN == 64 ? 6 : 7;
+  static_assert(kBlockN % 32 == 0 && kBlockN >= 32 && kBlockN <= 128, "kBlockN: 32, 64, 96 or 128");
+  // As many stages as fit ~205 KB (kMaxLocalExperts' scheduler arrays take the rest), at most 8:
+  // 4, 4, 6, 7 at 128, 96, 64, 32.
+  static constexpr int kStageBytes = kStageChunks * kBlockN * kActAtomBytes + kMTilesPerCta * kStageChunks * kFragBytes +
+                                     kMTilesPerCta * kScaleWordBytes;
+  static constexpr int kStages = 205 * 1024 / kStageBytes < 8 ? 205 * 1024 / kStageBytes : 8;
   static constexpr int kActChunk = kBlockN * kActAtomBytes;         // swizzled [kBlockN][64] BF16 of one chunk
   static constexpr int kActStage = kStageChunks * kActChunk;
   static constexpr int kCodeStage = kMTilesPerCta * kStageChunks * kFragBytes;
@@ -430,13 +435,25 @@ void prepare(int64_t local) {
   allow_smem_at_least(sm90_nvfp4_wgmma_gemm_kernel<Projection::Down, kBlockN>, smem);
 }
 
+// Calls f(std::integral_constant<int, W>) for each W of kWgmmaWidths until
+// one returns true; returns whether one did.
+template <typename F, size_t... I>
+bool for_each_width_impl(F&& f, std::index_sequence<I...>) {
+  return (f(std::integral_constant<int, kWgmmaWidths[I]>{}) || ...);
+}
+template <typename F>
+bool for_each_width(F&& f) {
+  return for_each_width_impl(f, std::make_index_sequence<std::size(kWgmmaWidths)>{});
+}
+
 template <Projection P>
 void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
-  if (cfg.block_n == 32) return launch<P, 32>(p, w, cfg, stream);
-  if (cfg.block_n == 64) return launch<P, 64>(p, w, cfg, stream);
-  if (cfg.block_n == 96) return launch<P, 96>(p, w, cfg, stream);
-  if (cfg.block_n == 128) return launch<P, 128>(p, w, cfg, stream);
-  NVFP4_FAIL("sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 32, 64, 96, 128)");
+  const bool launched = for_each_width([&](auto width) {
+    if (cfg.block_n != width.value) return false;
+    launch<P, width.value>(p, w, cfg, stream);
+    return true;
+  });
+  NVFP4_CHECK(launched, "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 128, 96, 64, 32)");
 }
 
 }  // namespace
@@ -453,14 +470,17 @@ void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
   int device = 0, optin = 0;
   NVFP4_CUDA_CHECK(cudaGetDevice(&device));
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t need = std::max({Smem<32>::bytes(local_experts), Smem<64>::bytes(local_experts),
-                                Smem<96>::bytes(local_experts), Smem<128>::bytes(local_experts)});
+  size_t need = 0;
+  for_each_width([&](auto width) {
+    need = std::max(need, Smem<width.value>::bytes(local_experts));
+    return false;
+  });
   NVFP4_CHECK(need <= size_t(optin), "sm90_nvfp4_wgmma_gemm: ", need, " bytes of shared memory for ", local_experts,
               " local experts exceed the device's ", optin);
-  prepare<32>(local_experts);
-  prepare<64>(local_experts);
-  prepare<96>(local_experts);
-  prepare<128>(local_experts);
+  for_each_width([&](auto width) {
+    prepare<width.value>(local_experts);
+    return false;
+  });
 }
 
 void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg,
@@ -494,8 +514,8 @@ void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const 
 }
 
 void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& p, const MmaWeights& w, cudaStream_t stream) {
-  for (const int width : {128, 96, 64, 32})
-    sm90_nvfp4_wgmma_gemm(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != 128}, stream);
+  for (const int width : kWgmmaWidths)
+    sm90_nvfp4_wgmma_gemm(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, stream);
 }
 
 }  // namespace nvfp4moe::cuda

@@ -7,8 +7,9 @@
 // tokens per expert:
 //   * one CTA = 2 consumer warpgroups + 1 producer warpgroup, persistent over
 //     tiles of 16 m-tiles (256 weight rows, 8 m-tiles per consumer
-//     warpgroup) x block_n token positions of one expert (32, 64, 96 or
-//     128; TokenBlocks says which blocks a launch takes), K in stages of 128;
+//     warpgroup) x block_n token positions of one expert (one of
+//     kWgmmaWidths; TokenBlocks says which blocks a launch takes), K in
+//     stages of 128;
 //   * the producer warpgroup streams each stage into a ring with 16-byte
 //     cp.async (arrive.noinc on the stage's full barrier): the m-tiles' code
 //     runs and scale words, and the operand rows of the block's tokens,
@@ -37,7 +38,14 @@
 
 namespace nvfp4moe::cuda {
 
-// The wgmma width (N) of a block with `rows` live positions under Split: the
+// The tile widths (wgmma N) of the kernel, widest first: the order of the
+// Split launches.
+// NOTES (bench/NOTES.md, session 4): steps of 16 (eight widths) measured no
+// faster than steps of 32 — below 128 columns a tile's cost barely follows
+// its width.
+constexpr int kWgmmaWidths[] = {128, 96, 64, 32};
+
+// The wgmma width of a block with `rows` live positions under Split: the
 // next multiple of 32.
 constexpr int wgmma_tile_width(int rows) { return (rows + 31) / 32 * 32; }
 
@@ -47,16 +55,16 @@ constexpr int wgmma_tile_width(int rows) { return (rows + 31) / 32 * 32; }
 //   Split: an expert with r rows is r / 128 full blocks of 128 and, when
 //     r % 128 != 0, one last block of r % 128 rows, run at
 //     wgmma_tile_width(r % 128). The launch with block_n W takes the last
-//     blocks of width W and, for W = 128, the full blocks: the four launches
-//     (128, 96, 64, 32) together cover every block once, and a partial last
-//     block leaves at most 31 tile columns idle instead of up to 127 (a
-//     narrower tile takes less time, bench/NOTES.md). One kernel cannot
+//     blocks of width W and, for W = 128, the full blocks: the four
+//     launches (kWgmmaWidths) together cover every block once, and a partial
+//     last block leaves at most 31 tile columns idle instead of up to 127
+//     (a narrower tile takes less time, bench/NOTES.md). One kernel cannot
 //     switch widths per tile: the 128-wide accumulators leave ptxas no
 //     registers for a second wgmma shape, and it serialises them.
 enum class TokenBlocks : int32_t { All, Split };
 
 struct Sm90WgmmaGemmConfig {
-  int block_n = 128;  // token positions per tile: 32, 64, 96 or 128
+  int block_n = 128;  // token positions per tile: one of kWgmmaWidths
   int grid = 0;       // persistent CTAs (0: one per SM)
   TokenBlocks blocks = TokenBlocks::All;
   // Programmatic dependent launch: the kernel may start on the SMs the
@@ -74,8 +82,8 @@ std::ostream& operator<<(std::ostream& os, const Sm90WgmmaGemmConfig& c);
 // launching (e.g. at weight upload), not during stream capture.
 void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts);
 
-// Queues the four TokenBlocks::Split launches (128, 96, 64, 32), each after
-// the first overlapping the tail of the one before.
+// Queues the TokenBlocks::Split launches of every width (kWgmmaWidths), each
+// after the first overlapping the tail of the one before.
 void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& plan, const MmaWeights& w, cudaStream_t stream);
 
 // Queues the GEMM of `plan` (its weights/geometry/tiles fields are unused;

@@ -11,6 +11,8 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -249,7 +251,7 @@ double compare(const std::vector<float>& got, const std::vector<double>& want, i
 // kernel, the wgmma kernel with `block_n`, or run_expert_gemm's device-side
 // choice among all of them (pairs_bound: the host's bound it is given).
 struct KernelUnderTest {
-  // WgmmaSplit: the four TokenBlocks::Split launches together; SplitOne: the
+  // WgmmaSplit: every TokenBlocks::Split launch together; SplitOne: the
   // one of width block_n alone, which must write exactly the positions of
   // its blocks (the full ones for 128, last blocks of its width).
   enum Which { Mma, Simple, Wgmma, Chosen, WgmmaSplit, SplitOne } which = Mma;
@@ -265,7 +267,7 @@ std::ostream& operator<<(std::ostream& os, const KernelUnderTest& k) {
     case KernelUnderTest::Simple: return os << "simple";
     case KernelUnderTest::Wgmma: return os << "wgmma block_n=" << k.block_n;
     case KernelUnderTest::Chosen: return os << "run_expert_gemm pairs_bound=" << k.pairs_bound;
-    case KernelUnderTest::WgmmaSplit: return os << "wgmma split, four widths";
+    case KernelUnderTest::WgmmaSplit: return os << "wgmma split, every width";
     case KernelUnderTest::SplitOne: return os << "wgmma split, width " << k.block_n << " alone";
   }
   return os;
@@ -533,7 +535,7 @@ TEST_P(Sm90WgmmaGemm, MatchesFp64ReferenceAtEveryTileWidthAndWhenChosen) {
   const WgmmaCase c = GetParam();
   const Problem p = make_problem(rng, c.T, c.H, c.I);
   if (mma_layout_fits(c.H, c.I)) {
-    for (const int width : {32, 64, 96, 128}) {
+    for (const int width : kWgmmaWidths) {
       run_and_check(p, wgmma_kernel(width), "wgmma");
       run_and_check(p, KernelUnderTest{KernelUnderTest::SplitOne, {}, width}, "wgmma split, one width");
     }
@@ -564,21 +566,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90WgmmaGemm,
                          });
 
 // TokenBlocks::Split with routing that fixes every expert's row count, so
-// that each width class of a last block is present whatever the seed:
-// 145 = 128 + 17 (a 32-wide last block), 205 = 128 + 77 (96), 250 = 128 + 122
-// (128), then 180 = 128 + 52 and 190 = 128 + 62 (64), 230 = 128 + 102 (128).
-// Each problem routes T=300 tokens to two distinct experts (no empty slots).
+// that each width class of a last block is present whatever the seed, at
+// both ends of each class (last block rows in brackets, width after the
+// arrow): 138 (10 -> 32), 148 (20 -> 32), 168 (40 -> 64); 188 (60 -> 64),
+// 198 (70 -> 96), 218 (90 -> 96); 228 (100 -> 128), 248 (120 -> 128), 256
+// (two full blocks, no last one).
+// Each problem routes T = (sum of counts) / 2 tokens to two distinct experts
+// (no empty slots); no count reaches the sum of the other two, so the two
+// slots of a token always differ.
 TEST(Sm90WgmmaSplit, EveryLastBlockWidthMatchesFp64Reference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  for (const std::array<int32_t, 3> counts : {std::array<int32_t, 3>{145, 205, 250}, std::array<int32_t, 3>{180, 230, 190}}) {
-    Problem p = make_problem(rng, 300);
+  using Counts = std::array<int32_t, 3>;
+  for (const Counts counts : {Counts{138, 148, 168}, Counts{188, 198, 218}, Counts{228, 248, 256}}) {
+    const int64_t T = (counts[0] + counts[1] + counts[2]) / 2;
+    Problem p = make_problem(rng, T);
     ASSERT_EQ(p.E, 3);
     ASSERT_EQ(p.k, 2);
-    // Slot 0 of token t takes entry t of the experts in order, slot 1 entry t + 300: distinct per token
-    // for these counts (each count < 300 and the first two sum past 300).
+    // Slot 0 of token t takes entry t of the experts in order, slot 1 entry t + T.
     std::vector<int32_t> order;
     for (int32_t e = 0; e < 3; ++e) order.insert(order.end(), size_t(counts[size_t(e)]), e);
     ASSERT_EQ(order.size(), size_t(2 * p.T));
@@ -590,7 +597,7 @@ TEST(Sm90WgmmaSplit, EveryLastBlockWidthMatchesFp64Reference) {
     compute_reference(p);
     SCOPED_TRACE(::testing::Message() << "rows per expert " << counts[0] << ", " << counts[1] << ", " << counts[2]);
     run_and_check(p, KernelUnderTest{KernelUnderTest::WgmmaSplit}, "wgmma split");
-    for (const int width : {32, 64, 96, 128})
+    for (const int width : kWgmmaWidths)
       run_and_check(p, KernelUnderTest{KernelUnderTest::SplitOne, {}, width}, "wgmma split, one width");
   }
 }
@@ -604,6 +611,12 @@ TEST(Sm90WgmmaSplit, TileWidthIsTheRowsRoundedUpTo32) {
   EXPECT_EQ(wgmma_tile_width(96), 96);
   EXPECT_EQ(wgmma_tile_width(97), 128);
   EXPECT_EQ(wgmma_tile_width(127), 128);
+  // Every width a tile can get has a kernel, widest first (the launch order).
+  for (int rows = 1; rows <= 128; ++rows)
+    EXPECT_NE(std::find(std::begin(kWgmmaWidths), std::end(kWgmmaWidths), wgmma_tile_width(rows)),
+              std::end(kWgmmaWidths))
+        << rows << " rows";
+  EXPECT_TRUE(std::is_sorted(std::begin(kWgmmaWidths), std::end(kWgmmaWidths), std::greater<int>()));
 }
 
 // A NaN in one token's operand reaches that token's outputs only (spec 6).
@@ -692,7 +705,7 @@ TEST(Sm90WgmmaGemmPrepare, NeverLowersAnEarlierOptIn) {
   plan.h_out = h.get();
   plan.ld_h = plan.n_valid;
   const MmaWeights w{codes.get(), scales.get(), MmaGeometry{128, 2}};
-  for (int bn : {32, 64, 96, 128}) {
+  for (int bn : kWgmmaWidths) {
     EXPECT_NO_THROW(sm90_nvfp4_wgmma_gemm(plan, w, Sm90WgmmaGemmConfig{bn, 0}, nullptr)) << "block_n " << bn;
     NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -824,8 +837,8 @@ TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
   p.y_pair = nullptr;
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "y_pair");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, MmaWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
-  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{48, 0, TokenBlocks::Split}, nullptr),
-                        "block_n=48", "32, 64, 96, 128");
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{40, 0, TokenBlocks::Split}, nullptr),
+                        "block_n=40", "128, 96, 64, 32");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(0), "local_experts=0");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
   p = good;
