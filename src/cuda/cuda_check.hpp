@@ -77,15 +77,21 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// SMs of the current device.
+inline int sm_count() {
+  int device = 0, sms = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 // CTAs of `kernel` resident at once on the current device (SMs x occupancy,
 // at least one per SM): the grid of a persistent kernel.
 template <typename Kernel>
 int64_t resident_ctas(Kernel kernel, int threads, size_t smem) {
-  int device = 0, sms = 0, per_sm = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
-  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
   NVFP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return int64_t(sms) * std::max(1, per_sm);
+  return int64_t(sm_count()) * std::max(1, per_sm);
 }
 
 // Raises (never lowers) a kernel's dynamic shared-memory opt-in on the

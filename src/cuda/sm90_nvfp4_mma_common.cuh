@@ -24,6 +24,14 @@ namespace mma_gemm {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+// Chunks per pipeline stage: 4 weight fragments per lane (2 KB a warp) in flight.
+template <int kMTiles>
+constexpr int kStageChunksOf = 4 / kMTiles;
+// One slot of the activation ring: a 16-byte load of every lane of a warp.
+constexpr uint32_t kActSlot = 32 * 16;
+// One stage of the activation ring (every warp's slots), in bytes.
+template <int kNTiles, int kMTiles>
+constexpr uint32_t kActRingStage = uint32_t(kWarps) * kStageChunksOf<kMTiles> * kNTiles * 2 * kActSlot;
 
 // Operand row of a position (GateUp: the token; Down: the position).
 template <Projection P>
@@ -103,7 +111,7 @@ struct Scheduler {
 // The activation operand of kStageChunks chunks from `chunk` (relative to
 // the lane's K start), 16 contiguous BF16 per lane, chunk and n8 tile, copied
 // into the lane's slots of one ring stage (slot (j * kNTiles + n) * 2 + h,
-// 512 bytes apart: a warp's reads of a slot are conflict-free), as one
+// kActSlot bytes apart: a warp's reads of a slot are conflict-free), as one
 // cp.async group.
 template <int kNTiles, int kStageChunks>
 __device__ __forceinline__ void fetch_acts(const __nv_bfloat16* const (&act)[kNTiles], int live, int64_t chunk,
@@ -115,7 +123,7 @@ __device__ __forceinline__ void fetch_acts(const __nv_bfloat16* const (&act)[kNT
       if (8 * n < live)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          ptx::cp_async_16_shared_l1(slots + ((j * kNTiles + n) * 2 + h) * 512,
+          ptx::cp_async_16_shared_l1(slots + ((j * kNTiles + n) * 2 + h) * kActSlot,
                                      act[n] + (chunk + j) * kMmaChunkK + 8 * h);
   ptx::cp_async_commit();
 }
@@ -139,8 +147,8 @@ __device__ __forceinline__ void read_acts(int live, uint32_t slots, uint4 (&b)[k
 #pragma unroll
   for (int n = 0; n < kNTiles; ++n)
     if (8 * n < live) {
-      b[n][0] = ptx::ld_shared_v4(slots + (2 * n) * 512);
-      b[n][1] = ptx::ld_shared_v4(slots + (2 * n + 1) * 512);
+      b[n][0] = ptx::ld_shared_v4(slots + (2 * n) * kActSlot);
+      b[n][1] = ptx::ld_shared_v4(slots + (2 * n + 1) * kActSlot);
     }
 }
 

@@ -28,7 +28,7 @@ constexpr bool kActRing = kNTiles >= NVFP4MOE_DECODE_RING_MIN_NTILES;
 // Dynamic shared memory of the activation ring: [2 stages][kWarps][chunk][n8 tile][half][lane] x 16 bytes.
 template <int kNTiles, int kMTiles>
 constexpr size_t act_ring_bytes() {
-  return kActRing<kNTiles> ? size_t(2) * mma_gemm::kWarps * (4 / kMTiles) * kNTiles * 2 * 32 * 16 : 0;
+  return kActRing<kNTiles> ? size_t(2) * mma_gemm::kActRingStage<kNTiles, kMTiles> : 0;
 }
 
 template <Projection P, int kNTiles, int kMTiles, int kMinBlocks>
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   static_assert(kNTiles == 1 || kNTiles == 2 || kNTiles == 4, "kNTiles: 1, 2 or 4 n8 token tiles per item");
   static_assert(kMTiles == 1 || kMTiles == 2, "kMTiles: 1 or 2 m16 weight tiles per item");
   static_assert(kGemmTileTokens % (8 * kNTiles) == 0, "token groups must tile a work tile");
-  constexpr int kStageChunks = 4 / kMTiles;  // 4 fragments (2 KB a warp) in flight
+  constexpr int kStageChunks = kStageChunksOf<kMTiles>;
   static_assert(kStageChunks % kMmaScaleChunks == 0, "a stage must cover whole scale words");
   using Sched = Scheduler<P, kNTiles, kMTiles>;
 
@@ -46,10 +46,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   // the activation ring (act_ring_bytes), one 16-byte slot per lane and load.
   __shared__ float partial[2][kWarps][kMTiles * kNTiles * 4][32];
   extern __shared__ __align__(16) uint8_t act_ring[];
-  constexpr uint32_t kSlot = 32 * 16;  // one 16-byte load of every lane of a warp
-  constexpr uint32_t kRingStage = uint32_t(kWarps) * kStageChunks * kNTiles * 2 * kSlot;
-  static_assert(!kActRing<kNTiles> || 2 * kRingStage == act_ring_bytes<kNTiles, kMTiles>(),
-                "ring size and launcher disagree");
+  constexpr uint32_t kRingStage = kActRingStage<kNTiles, kMTiles>;
 
   const MmaWeights& w = params.w;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -57,7 +54,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   const int64_t stages = (sch.k_chunks / kWarps) / kStageChunks;
   const uint4* codes = reinterpret_cast<const uint4*>(w.codes) + sch.chunk0 * 32 + lane;
   const uint32_t* scales = reinterpret_cast<const uint32_t*>(w.scales) + (sch.chunk0 / kMmaScaleChunks) * 32 + lane;
-  // This lane's slot of load (chunk j, tile n, half h) in ring stage b: ring + b * kRingStage + ((j * kNTiles + n) * 2 + h) * kSlot.
+  // This lane's slot of load (chunk j, tile n, half h) in ring stage b: ring + b * kRingStage + ((j * kNTiles + n) * 2 + h) * kActSlot.
   const uint32_t ring = ptx::smem_addr(act_ring) + uint32_t(warp) * (kRingStage / kWarps) + uint32_t(lane) * 16;
 
   Unit u = sch.first_unit();
@@ -122,7 +119,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
       for (int j = 0; j < kStageChunks; ++j) {
         uint4 b[kNTiles][2];
         if constexpr (kActRing<kNTiles>) {
-          read_acts<kNTiles>(op.live, ring + buf * kRingStage + j * kNTiles * 2 * kSlot, b);
+          read_acts<kNTiles>(op.live, ring + buf * kRingStage + j * kNTiles * 2 * kActSlot, b);
         } else {
           load_acts<kNTiles>(op.act, op.live, st * kStageChunks + j, b);
         }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -408,11 +409,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <Projection P, int kBlockN>
-void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
+void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, int sms,
+            cudaStream_t stream) {
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
-  int device = 0, sms = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
-  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
   cudaLaunchConfig_t lc{};
   lc.gridDim = dim3(unsigned(grid));
@@ -446,14 +445,54 @@ bool for_each_width(F&& f) {
   return for_each_width_impl(f, std::make_index_sequence<std::size(kWgmmaWidths)>{});
 }
 
-template <Projection P>
-void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, cudaStream_t stream) {
+// "128, 96, 64, 32": the widths there are kernels for, for error messages.
+std::string width_list() {
+  std::string s;
+  for (const int width : kWgmmaWidths) s += (s.empty() ? "" : ", ") + std::to_string(width);
+  return s;
+}
+
+// One launch of a plan check_plan accepted.
+void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, int sms,
+              cudaStream_t stream) {
   const bool launched = for_each_width([&](auto width) {
     if (cfg.block_n != width.value) return false;
-    launch<P, width.value>(p, w, cfg, stream);
+    if (p.projection == Projection::GateUp) {
+      launch<Projection::GateUp, width.value>(p, w, cfg, sms, stream);
+    } else {
+      launch<Projection::Down, width.value>(p, w, cfg, sms, stream);
+    }
     return true;
   });
-  NVFP4_CHECK(launched, "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have 128, 96, 64, 32)");
+  NVFP4_CHECK(launched, "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
+}
+
+// The plan and weights against the kernel's contract (every launch of a plan alike).
+void check_plan(const GroupedGemmPlan& p, const MmaWeights& w) {
+  const MmaGeometry& g = w.geometry;
+  NVFP4_CHECK(w.codes && w.scales, "sm90_nvfp4_wgmma_gemm: weights (codes, scales) are null");
+  NVFP4_CHECK(g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % kStageChunks == 0,
+              "sm90_nvfp4_wgmma_gemm: K must be a positive multiple of ", kStageK, ", got K=", g.k_chunks * kMmaChunkK);
+  const int64_t rows = p.projection == Projection::GateUp ? g.m_tiles * 8 : g.m_tiles * kMmaTileRows;
+  NVFP4_CHECK(rows == p.n_valid, "sm90_nvfp4_wgmma_gemm: weights hold ", rows, " output rows, plan wants n_valid=",
+              p.n_valid);
+  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 8 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
+              p.ld_act, " must be a multiple of 8 and >= K=", g.k_chunks * kMmaChunkK);
+  NVFP4_CHECK(p.offsets && p.local_experts >= 1 && p.local_experts <= kMaxLocalExperts,
+              "sm90_nvfp4_wgmma_gemm: needs plan.offsets and 1 <= local_experts <= ", kMaxLocalExperts, ", got ",
+              p.local_experts, p.offsets ? "" : " (offsets null)");
+  NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
+              "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
+  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 16 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(w.scales) % 16 == 0,
+              "sm90_nvfp4_wgmma_gemm: act, codes and scales must be 16-byte aligned");
+  if (p.projection == Projection::GateUp) {
+    NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_wgmma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
+                " < I=", p.n_valid);
+    NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_wgmma_gemm (gate/up): top_k must be positive, got ", p.top_k);
+  } else {
+    NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_wgmma_gemm (down): y_pair and topk_weights are required");
+  }
 }
 
 }  // namespace
@@ -485,37 +524,15 @@ void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
 
 void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg,
                            cudaStream_t stream) {
-  const MmaGeometry& g = w.geometry;
-  NVFP4_CHECK(w.codes && w.scales, "sm90_nvfp4_wgmma_gemm: weights (codes, scales) are null");
-  NVFP4_CHECK(g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % kStageChunks == 0,
-              "sm90_nvfp4_wgmma_gemm: K must be a positive multiple of ", kStageK, ", got K=", g.k_chunks * kMmaChunkK);
-  const int64_t rows = p.projection == Projection::GateUp ? g.m_tiles * 8 : g.m_tiles * kMmaTileRows;
-  NVFP4_CHECK(rows == p.n_valid, "sm90_nvfp4_wgmma_gemm: weights hold ", rows, " output rows, plan wants n_valid=",
-              p.n_valid);
-  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 8 == 0, "sm90_nvfp4_wgmma_gemm: operand row stride ",
-              p.ld_act, " must be a multiple of 8 and >= K=", g.k_chunks * kMmaChunkK);
-  NVFP4_CHECK(p.offsets && p.local_experts >= 1 && p.local_experts <= kMaxLocalExperts,
-              "sm90_nvfp4_wgmma_gemm: needs plan.offsets and 1 <= local_experts <= ", kMaxLocalExperts, ", got ",
-              p.local_experts, p.offsets ? "" : " (offsets null)");
-  NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
-              "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
-  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 16 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
-                  reinterpret_cast<uintptr_t>(w.scales) % 16 == 0,
-              "sm90_nvfp4_wgmma_gemm: act, codes and scales must be 16-byte aligned");
-  if (p.projection == Projection::GateUp) {
-    NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_wgmma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
-                " < I=", p.n_valid);
-    NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_wgmma_gemm (gate/up): top_k must be positive, got ", p.top_k);
-    dispatch<Projection::GateUp>(p, w, cfg, stream);
-  } else {
-    NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_wgmma_gemm (down): y_pair and topk_weights are required");
-    dispatch<Projection::Down>(p, w, cfg, stream);
-  }
+  check_plan(p, w);
+  dispatch(p, w, cfg, sm_count(), stream);
 }
 
 void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& p, const MmaWeights& w, cudaStream_t stream) {
+  check_plan(p, w);
+  const int sms = sm_count();
   for (const int width : kWgmmaWidths)
-    sm90_nvfp4_wgmma_gemm(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, stream);
+    dispatch(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
 }
 
 }  // namespace nvfp4moe::cuda
