@@ -452,10 +452,10 @@ std::string width_list() {
   return s;
 }
 
-// One launch of a plan check_plan accepted.
+// One launch of a plan check_plan accepted, at a width of kWgmmaWidths.
 void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, int sms,
               cudaStream_t stream) {
-  const bool launched = for_each_width([&](auto width) {
+  for_each_width([&](auto width) {
     if (cfg.block_n != width.value) return false;
     if (p.projection == Projection::GateUp) {
       launch<Projection::GateUp, width.value>(p, w, cfg, sms, stream);
@@ -464,7 +464,6 @@ void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemm
     }
     return true;
   });
-  NVFP4_CHECK(launched, "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
 }
 
 // The plan and weights against the kernel's contract (every launch of a plan alike).
@@ -525,6 +524,9 @@ void sm90_nvfp4_wgmma_gemm_prepare(int64_t local_experts) {
 void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg,
                            cudaStream_t stream) {
   check_plan(p, w);
+  // Before any device query: a bad width is a host error even without a GPU.
+  NVFP4_CHECK(std::find(std::begin(kWgmmaWidths), std::end(kWgmmaWidths), cfg.block_n) != std::end(kWgmmaWidths),
+              "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
   dispatch(p, w, cfg, sm_count(), stream);
 }
 
