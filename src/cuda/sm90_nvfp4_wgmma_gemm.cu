@@ -202,6 +202,7 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
   // loads on the long-scoreboard path.
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   const uint32_t act_base = ptx::smem_addr(smem + S::kAct);
+  const uint64_t act_desc0 = ptx::smem_desc_k_major_sw128(act_base);
   const uint32_t code_base = ptx::smem_addr(smem + S::kCode);
   const uint32_t scale_base = ptx::smem_addr(smem + S::kScale);
   const uint32_t full_bar = ptx::smem_addr(smem + S::kFull);
@@ -214,7 +215,12 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
   int32_t* offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
   int32_t* prefix = offsets + local + 1;
 
-  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  // Broadcast, so that the compiler sees the warp index (and the role
+  // branches on it) as warp-uniform and keeps the wgmma descriptors in
+  // uniform registers. Without it every wgmma waited on two R2UR moves and
+  // their fixed stall (bench/NOTES.md, session 5: 5-12 % of GEMM time).
+  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const int64_t m_tiles = w.geometry.m_tiles, k_chunks = w.geometry.k_chunks;
   const int64_t k_stages = k_chunks / kStageChunks;
   const int32_t m_blocks = int32_t((m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
@@ -348,14 +354,14 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
       ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
       dequant(ring.stage, 0, 0, a[0]);
       for (int64_t ks = 0; ks < k_stages; ++ks) {
-        const uint32_t act_stage = act_base + ring.stage * S::kActStage;
+        const uint64_t act_desc = ptx::smem_desc_advance(act_desc0, ring.stage * S::kActStage);
 #pragma unroll
         for (int q = 0; q < 2 * kStageChunks; ++q) {
           const int c = q / 2, j = q % 2;
           ptx::wgmma_fence();
 #pragma unroll
           for (int s = 0; s < 4; ++s)
-            wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_k_major_sw128(act_stage + c * S::kActChunk + s * 32));
+            wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_advance(act_desc, c * S::kActChunk + s * 32));
           ptx::wgmma_commit_group();
           ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
           if (q == 0 && ks > 0) {

@@ -42,6 +42,11 @@ __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(uint32_t addr) {
   return d;
 }
 
+// The descriptor of the operand `bytes` further on: the start address field
+// is 14 bits of 16-byte units (256 KB) and shared memory is smaller, so the
+// sum never carries out of it. One add instead of rebuilding the descriptor.
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 // ---- wgmma.mma_async m64nNk16, BF16 x BF16 -> FP32, A from registers ---------
 // d[64 x N] += a[64 x 16] * b[16 x N]; a as in mma.m16n8k16 per warp (rows
 // 16 * warp + ...), b K-major in shared memory, d in the wgmma accumulator
