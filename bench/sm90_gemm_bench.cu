@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
       const char* chosen = "?";
       for (int i = 0; i < choice.count; ++i)
         if (choice.candidates[i].above < P && P <= choice.candidates[i].at_most) {
-          static const char* names[] = {"simple", "decode", "wgmma64", "wgmma128"};
+          static const char* names[] = {"simple", "decode", "split"};
           chosen = names[choice.candidates[i].kind];
         }
       group_pairs(ga, nullptr);

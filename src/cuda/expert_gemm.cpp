@@ -13,7 +13,10 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 16;
-constexpr int64_t kWgmma64MaxPerExpert = 48;
+// NOTES (bench/NOTES.md, session 5): above it the Split launches everywhere.
+// A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
+// slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
+// uniform: Split runs those experts' blocks 32 or 64 wide, never wider.
 
 }  // namespace
 
@@ -38,8 +41,7 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
     return out;
   }
   const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
-  const int64_t w64_max = kWgmma64MaxPerExpert * local;
-  const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Wgmma64, decode_max, w64_max}, {C::Wgmma128, w64_max, all}};
+  const C ranges[2] = {{C::Decode, -1, decode_max}, {C::Wgmma, decode_max, all}};
   for (const C& c : ranges) {
     const int64_t hi = std::min(c.at_most, all);
     if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
@@ -50,12 +52,11 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_wgmma_gemm_prepare(local_experts); }
 
 OperandOrder ExpertGemmChoice::operand_order(const int32_t* live_pairs) const {
-  // k-slot order exactly where a wgmma candidate runs: the wgmma ranges are
-  // the top ones, so the first of them starts it.
+  // k-slot order exactly where the wgmma candidate runs (the top range).
   OperandOrder o;  // logical
   for (int i = 0; i < count; ++i) {
     const ExpertGemmCandidate::Kind k = candidates[i].kind;
-    if (k != ExpertGemmCandidate::Wgmma64 && k != ExpertGemmCandidate::Wgmma128) continue;
+    if (k != ExpertGemmCandidate::Wgmma) continue;
     o.kslot_above = int32_t(candidates[i].above);
     o.live_pairs = count > 1 ? live_pairs : nullptr;  // one candidate: no count needed
     break;
@@ -98,10 +99,7 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const MmaWeights* fragment, co
       case ExpertGemmCandidate::Decode:
         sm90_nvfp4_mma_gemm(p, *fragment, sm90_nvfp4_mma_gemm_config(c.at_most, local), stream);
         break;
-      case ExpertGemmCandidate::Wgmma64:
-        sm90_nvfp4_wgmma_gemm(p, *fragment, Sm90WgmmaGemmConfig{64, 0}, stream);
-        break;
-      case ExpertGemmCandidate::Wgmma128:  // 128-wide blocks; a last block at the width of its rows
+      case ExpertGemmCandidate::Wgmma:  // 128-wide blocks; a last block at the width of its rows
         sm90_nvfp4_wgmma_gemm_split(p, *fragment, stream);
         break;
     }

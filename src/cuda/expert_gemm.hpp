@@ -14,7 +14,6 @@
 // Ranges, in average tokens per local expert (measured on the H200,
 // bench/NOTES.md):
 //   <= 16: sm90_nvfp4_mma_gemm (decode; K % 1024 == 0)
-//   <= 48: sm90_nvfp4_wgmma_gemm, 64 positions per tile
 //   above: sm90_nvfp4_wgmma_gemm, 128 positions per tile, an expert's last
 //          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
 // NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode
@@ -35,11 +34,11 @@ namespace nvfp4moe::cuda {
 // The kernels queued for one projection, each with its range of live pairs
 // (above, at_most]; the ranges are disjoint and cover [0, pairs_bound].
 struct ExpertGemmCandidate {
-  enum Kind { Simple, Decode, Wgmma64, Wgmma128 } kind;
+  enum Kind { Simple, Decode, Wgmma } kind;  // Wgmma: the Split launches
   int64_t above, at_most;
 };
 struct ExpertGemmChoice {
-  ExpertGemmCandidate candidates[3];
+  ExpertGemmCandidate candidates[2];
   int count = 0;
   // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
   OperandOrder operand_order(const int32_t* live_pairs) const;

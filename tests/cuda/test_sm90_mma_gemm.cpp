@@ -354,7 +354,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   const bool kslot = kut.which == KernelUnderTest::Wgmma || kut.which == KernelUnderTest::WgmmaSplit ||
                      kut.which == KernelUnderTest::SplitOne ||
                      (kut.which == KernelUnderTest::Chosen &&
-                      (choice.kind_for(live) == K::Wgmma64 || choice.kind_for(live) == K::Wgmma128));
+                      choice.kind_for(live) == K::Wgmma);
   // The order the staging kernels would be told to write agrees with the kernel that runs.
   if (kut.which == KernelUnderTest::Chosen) {
     const OperandOrder order = choice.operand_order(offsets.get());
@@ -657,16 +657,16 @@ TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   EXPECT_EQ(c.candidates[0].at_most, 16 * 48);
-  EXPECT_EQ(c.candidates[1].kind, K::Wgmma64);
+  EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
   expect_partition(c, 1680);
-  c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: all three queued
-  ASSERT_EQ(c.count, 3);
-  EXPECT_EQ(c.candidates[1].at_most, 48 * 48);
-  EXPECT_EQ(c.candidates[2].kind, K::Wgmma128);
+  c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: both queued
+  ASSERT_EQ(c.count, 2);
+  EXPECT_EQ(c.candidates[1].above, 16 * 48);
+  EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
   expect_partition(c, 8192 * 6);
   c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: wgmma from zero
-  ASSERT_EQ(c.count, 2);
-  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
   expect_partition(c, 8192 * 6);
   c = choose_expert_gemm(48, 8192 * 6, false, false, nullptr);  // no fragment layout: the simple kernel, alone
   ASSERT_EQ(c.count, 1);
@@ -721,7 +721,7 @@ TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
   ASSERT_FALSE(sm90_nvfp4_mma_gemm_supports(l2.geometry));
   ExpertGemmChoice c = expert_gemm_choice(4, 8, &l1, &l2);
   ASSERT_EQ(c.count, 1);
-  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Wgmma64);
+  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Wgmma);
   const MmaWeights l2ok{&byte, &byte, mma_geometry(Projection::Down, 1024, 1024)};
   c = expert_gemm_choice(4, 8, &l1, &l2ok);
   EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Decode);
@@ -745,9 +745,9 @@ TEST(ExpertGemmChoice, OperandOrderFollowsTheKernelThatRuns) {
   const ExpertGemmChoice c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);
   o = c.operand_order(&live);
   EXPECT_EQ(o.live_pairs, &live);
-  for (int64_t n : {int64_t(0), int64_t(16 * 48), int64_t(16 * 48 + 1), int64_t(48 * 48 + 1), int64_t(8192 * 6)}) {
+  for (int64_t n : {int64_t(0), int64_t(16 * 48), int64_t(16 * 48 + 1), int64_t(8192 * 6)}) {
     const ExpertGemmCandidate::Kind k = c.kind_for(n);
-    EXPECT_EQ(kslot(o, n), k == ExpertGemmCandidate::Wgmma64 || k == ExpertGemmCandidate::Wgmma128) << n << " live pairs";
+    EXPECT_EQ(kslot(o, n), k == ExpertGemmCandidate::Wgmma) << n << " live pairs";
   }
   o = choose_expert_gemm(48, 8192 * 6, true, false, nullptr).operand_order(&live);  // wgmma from zero pairs
   EXPECT_TRUE(kslot(o, 0));
@@ -770,10 +770,10 @@ TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   c = choose_expert_gemm(48, 4096, true, false, "decode");  // decode cannot take the shape: wgmma
-  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
   c = choose_expert_gemm(48, 6, true, true, "wgmma");
   ASSERT_EQ(c.count, 1);
-  EXPECT_EQ(c.candidates[0].kind, K::Wgmma64);
+  EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
   EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, true, "fast"), "NVFP4MOE_GEMM=fast");
   EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, true, nullptr), "got 0");
 }
