@@ -56,6 +56,23 @@ TEST(Sm90MmaLayout, FragmentWordDecodesEveryCodeInEverySlot) {
     }
 }
 
+// The layout is a permutation of the word: 8 codes x 4 bits take each of the
+// 32 bits once (two codes sharing a bit would still decode a lone code right).
+TEST(Sm90MmaLayout, FragmentLayoutUsesEveryWordBitOnce) {
+  uint32_t seen = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int b = 0; b < 4; ++b) {
+        const int bit = (b < 3 ? kFragMagBit[i] + b : kFragSignBit[i]) + 16 * h;
+        EXPECT_FALSE(seen >> bit & 1u) << "bit " << bit << " used twice (register " << i << " half " << h << ")";
+        seen |= 1u << bit;
+      }
+  EXPECT_EQ(seen, 0xFFFFFFFFu);
+  // Golden: code 0xB (sign, magnitude 3 = 1.5) as register 3, half 1: magnitude at bits 25..27, sign at bit 29.
+  const uint8_t codes[8] = {0, 0, 0, 0, 0, 0, 0, 0xB};
+  EXPECT_EQ(pack_fragment_word(codes), (3u << 25) | (1u << 29));
+}
+
 TEST(Sm90MmaLayout, FragmentWordRoundTripsRandomWords) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
