@@ -72,8 +72,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* y) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __float2bfloat16_rn(x[i]);
@@ -93,8 +91,8 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(4096, std::max<
 }  // namespace
 
 bool combine_vectorized(const CombineArgs& a) {
-  return a.hidden % 4 == 0 && a.top_k <= kMaxVectorSlots && aligned16(a.y_pair) && (!a.shared || aligned16(a.shared)) &&
-         (reinterpret_cast<uintptr_t>(a.y) & 7u) == 0;
+  return a.hidden % 4 == 0 && a.top_k <= kMaxVectorSlots && aligned_to(a.y_pair, 16) &&
+         (!a.shared || aligned_to(a.shared, 16)) && aligned_to(a.y, 8);
 }
 
 void combine_slots_ref(const CombineArgs& a, cudaStream_t stream) {

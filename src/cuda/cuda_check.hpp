@@ -94,10 +94,16 @@ int64_t resident_ctas(Kernel kernel, int threads, size_t smem) {
   return int64_t(sm_count()) * std::max(1, per_sm);
 }
 
+// Whether p is a multiple of `bytes` (a power of two): vector loads and stores.
+inline bool aligned_to(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
+
 // Raises (never lowers) a kernel's dynamic shared-memory opt-in on the
-// current device: layers of different sizes can share a process.
+// current device: layers of different sizes can share a process. Up to the
+// default 48 KB nothing needs raising, so launches that stay under it make
+// no driver call.
 template <typename Kernel>
 void allow_smem_at_least(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
   cudaFuncAttributes attr{};
   NVFP4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   if (size_t(attr.maxDynamicSharedSizeBytes) < bytes)

@@ -52,8 +52,7 @@ size_t check_grouping_args(const GroupingArgs& a, const char* kernel) {
 
 void group_pairs(const GroupingArgs& a, cudaStream_t stream) {
   const size_t smem = check_grouping_args(a, "group_pairs");
-  if (smem > 48 * 1024)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_smem_at_least(group_pairs_kernel, smem);
   group_pairs_kernel<<<1, kThreads, smem, stream>>>(a);
   NVFP4_CUDA_CHECK_LAUNCH("group_pairs_kernel");
 }

@@ -123,8 +123,7 @@ void route_tokens(const RouterArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return;
   const size_t smem = sizeof(float) * (size_t(kTokens) * kChunk + 2 * size_t(kTokens) * a.experts);
   NVFP4_CHECK(smem <= 200 * 1024, "cuda router: E=", a.experts, " needs ", smem, " bytes of shared memory");
-  if (smem > 48 * 1024)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(router_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_smem_at_least(router_kernel, smem);
   router_kernel<<<unsigned(ceil_div(a.tokens, kTokens)), kThreads, smem, stream>>>(a);
   NVFP4_CUDA_CHECK_LAUNCH("router_kernel");
 }

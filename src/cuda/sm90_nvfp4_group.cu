@@ -85,8 +85,7 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
 void sm90_nvfp4_group(const GroupingArgs& a, cudaStream_t stream) {
   const size_t smem = check_grouping_args(a, "sm90_nvfp4_group");
   NVFP4_CHECK(a.tile_rows > 0, "sm90_nvfp4_group: tile_rows must be positive, got ", a.tile_rows);
-  if (smem > 48 * 1024)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_smem_at_least(group_kernel, smem);
   group_kernel<<<1, kThreads, smem, stream>>>(a);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_group");
 }

@@ -190,7 +190,6 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const int kb = int(s.cols / kBlock);
@@ -212,7 +211,7 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
 bool sm90_nvfp4_stage_supports(const QuantizeActArgs& a) {
   const int elem = a.x_is_bf16 ? 2 : 4;
   return a.cols > 0 && a.cols % kBlock == 0 && a.cols / kBlock <= kMaxBlocksPerRow && a.scope != ActScope::PerTensor &&
-         aligned16(a.x) && (a.cols * elem) % 16 == 0 && (!a.deq || (aligned16(a.deq) && a.deq_ld % 8 == 0)) &&
+         aligned_to(a.x, 16) && (a.cols * elem) % 16 == 0 && (!a.deq || (aligned_to(a.deq, 16) && a.deq_ld % 8 == 0)) &&
          (reinterpret_cast<uintptr_t>(a.codes) & 7u) == 0;
 }
 
@@ -245,8 +244,8 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
 }
 
 bool sm90_nvfp4_requant_supports(const RequantRowsArgs& a) {
-  return a.cols > 0 && a.cols % kBlock == 0 && a.cols / kBlock <= kMaxBlocksPerRow && aligned16(a.h) &&
-         a.ld_h % 4 == 0 && aligned16(a.deq) && a.deq_ld % 8 == 0;
+  return a.cols > 0 && a.cols % kBlock == 0 && a.cols / kBlock <= kMaxBlocksPerRow && aligned_to(a.h, 16) &&
+         a.ld_h % 4 == 0 && aligned_to(a.deq, 16) && a.deq_ld % 8 == 0;
 }
 
 void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {

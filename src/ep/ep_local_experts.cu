@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/combine.hpp"
+#include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
 #include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
@@ -168,12 +169,6 @@ cuda::DeviceBuffer<T> upload(const std::vector<Src>& v, const std::vector<Src>& 
   return d;
 }
 
-// Dynamic shared memory beyond the default 48 KB needs an opt-in per kernel.
-template <typename Kernel>
-void allow_smem(Kernel k, size_t bytes) {
-  if (bytes > 48 * 1024)
-    NVFP4_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
 
 }  // namespace
 
@@ -228,8 +223,8 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   h_g_ = cuda::DeviceBuffer<float>(size_t(capacity));
   h_deq_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(capacity) * ld_h_deq_);
   // Attributes are set here, not per launch: a forward stays graph-capturable.
-  allow_smem(ep_l1_ref_kernel, size_t(hidden_) * 4);
-  allow_smem(ep_l2_ref_kernel, size_t(inter_) * 4);
+  cuda::allow_smem_at_least(ep_l1_ref_kernel, size_t(hidden_) * 4);
+  cuda::allow_smem_at_least(ep_l2_ref_kernel, size_t(inter_) * 4);
   cuda::prepare_expert_gemm(count_);
 }
 
@@ -337,9 +332,9 @@ EpSharedExpert::EpSharedExpert(const SharedExpertWeights& w, const MoeConfig& cf
   cublas_ = std::make_unique<cuda::CublasHandle>();
   cublas_ws_ = cuda::DeviceBuffer<uint8_t>(size_t(32) << 20);  // fixed workspace: graph-capturable
   NVFP4_CUBLAS_CHECK(cublasSetWorkspace(cublas_->get(), cublas_ws_.get(), cublas_ws_.bytes()));
-  allow_smem(ep_shared_l1_ref_kernel<__nv_bfloat16>, size_t(hidden_) * 4);
-  allow_smem(ep_shared_l1_ref_kernel<float>, size_t(hidden_) * 4);
-  allow_smem(ep_shared_l2_ref_kernel, size_t(inter_) * 4);
+  cuda::allow_smem_at_least(ep_shared_l1_ref_kernel<__nv_bfloat16>, size_t(hidden_) * 4);
+  cuda::allow_smem_at_least(ep_shared_l1_ref_kernel<float>, size_t(hidden_) * 4);
+  cuda::allow_smem_at_least(ep_shared_l2_ref_kernel, size_t(inter_) * 4);
 }
 
 void EpSharedExpert::run(const void* x, bool x_is_bf16, int32_t tokens, float* out, cudaStream_t stream) {
