@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <set>
@@ -344,30 +345,32 @@ int main(int argc, char** argv) {
       // Split launches together; every decode configuration where decode is
       // in the running.
       std::string sweep;
-      for (int bn : {32, 64, 96, 128}) {
-        const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l1, m1, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
-        const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm(l2, m2, Sm90WgmmaGemmConfig{bn, 0}, nullptr); });
+      // One sweep entry: "label:L1+L2" (decode, whose projections may prefer
+      // different configurations) or "label:sum" (wgmma), run(plan, weights) timing one projection.
+      auto add = [&](const std::string& label, bool split_projections, auto run) {
+        const double a = time_us(std::max(3, r / 2), [&] { run(l1, m1); });
+        const double b = time_us(std::max(3, r / 2), [&] { run(l2, m2); });
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%swgmma%d:%.0f", sweep.empty() ? "" : " ", bn, a + b);
+        if (split_projections) {
+          std::snprintf(buf, sizeof buf, "%s%s:%.0f+%.0f", sweep.empty() ? "" : " ", label.c_str(), a, b);
+        } else {
+          std::snprintf(buf, sizeof buf, "%s%s:%.0f", sweep.empty() ? "" : " ", label.c_str(), a + b);
+        }
         sweep += buf;
+      };
+      for (auto it = std::rbegin(kWgmmaWidths); it != std::rend(kWgmmaWidths); ++it) {  // narrowest first
+        const int bn = *it;
+        add("wgmma" + std::to_string(bn), false, [&](const GroupedGemmPlan& p, const MmaWeights& m) {
+          sm90_nvfp4_wgmma_gemm(p, m, Sm90WgmmaGemmConfig{bn, 0}, nullptr);
+        });
       }
-      {
-        const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm_split(l1, m1, nullptr); });
-        const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_wgmma_gemm_split(l2, m2, nullptr); });
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " split:%.0f", a + b);
-        sweep += buf;
-      }
+      add("split", false, [](const GroupedGemmPlan& p, const MmaWeights& m) { sm90_nvfp4_wgmma_gemm_split(p, m, nullptr); });
       const std::vector<Sm90MmaGemmConfig> decode_configs{
           {Sm90MmaGemmConfig{1, 1, 0}, Sm90MmaGemmConfig{2, 1, 0}, Sm90MmaGemmConfig{4, 1, 0},
            Sm90MmaGemmConfig{1, 2, 0}, Sm90MmaGemmConfig{2, 2, 0}, Sm90MmaGemmConfig{4, 2, 0}}};
-      for (const Sm90MmaGemmConfig& c : P > 32 * E ? std::vector<Sm90MmaGemmConfig>{} : decode_configs) {
-        const double a = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l1, m1, c, nullptr); });
-        const double b = time_us(std::max(3, r / 2), [&] { sm90_nvfp4_mma_gemm(l2, m2, c, nullptr); });
-        char buf[64];  // L1 + L2: the projections may prefer different configurations
-        std::snprintf(buf, sizeof buf, "%s%dx%d:%.0f+%.0f", sweep.empty() ? "" : " ", c.n_tiles, c.m_tiles, a, b);
-        sweep += buf;
-      }
+      for (const Sm90MmaGemmConfig& c : P > 32 * E ? std::vector<Sm90MmaGemmConfig>{} : decode_configs)
+        add(std::to_string(c.n_tiles) + "x" + std::to_string(c.m_tiles), true,
+            [&](const GroupedGemmPlan& p, const MmaWeights& m) { sm90_nvfp4_mma_gemm(p, m, c, nullptr); });
       // Persistent grid size (CTAs per SM) for the chosen configuration.
       for (int per_sm : P > 32 * E ? std::vector<int>{} : std::vector<int>{2, 3, 4, 5}) {
         Sm90MmaGemmConfig c = cfg;

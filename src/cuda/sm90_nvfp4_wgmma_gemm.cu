@@ -488,8 +488,7 @@ void check_plan(const GroupedGemmPlan& p, const MmaWeights& w) {
               p.local_experts, p.offsets ? "" : " (offsets null)");
   NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
               "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
-  NVFP4_CHECK(reinterpret_cast<uintptr_t>(p.act) % 16 == 0 && reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
-                  reinterpret_cast<uintptr_t>(w.scales) % 16 == 0,
+  NVFP4_CHECK(aligned_to(p.act, 16) && aligned_to(w.codes, 16) && aligned_to(w.scales, 16),
               "sm90_nvfp4_wgmma_gemm: act, codes and scales must be 16-byte aligned");
   if (p.projection == Projection::GateUp) {
     NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_wgmma_gemm (gate/up): h output missing or ld_h ", p.ld_h,
@@ -531,8 +530,7 @@ void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const 
                            cudaStream_t stream) {
   check_plan(p, w);
   // Before any device query: a bad width is a host error even without a GPU.
-  NVFP4_CHECK(std::find(std::begin(kWgmmaWidths), std::end(kWgmmaWidths), cfg.block_n) != std::end(kWgmmaWidths),
-              "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
+  NVFP4_CHECK(is_wgmma_width(cfg.block_n), "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
   dispatch(p, w, cfg, sm_count(), stream);
 }
 

@@ -44,6 +44,11 @@ namespace nvfp4moe::cuda {
 // faster than steps of 32 — below 128 columns a tile's cost barely follows
 // its width.
 constexpr int kWgmmaWidths[] = {128, 96, 64, 32};
+constexpr bool is_wgmma_width(int width) {
+  for (const int w : kWgmmaWidths)
+    if (w == width) return true;
+  return false;
+}
 
 // The wgmma width of a block with `rows` live positions under Split: the
 // next multiple of 32.

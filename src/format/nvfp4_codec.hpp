@@ -213,13 +213,17 @@ NVFP4_HD float quotient_rn(float x, float d, float y) {
   return fma_rn(r, y, q);
 }
 
+// The FP32 magnitude bits a rounded half to even at mantissa bit 22 (one
+// mantissa bit kept; the low 22 bits are garbage): E2M1's grid for |v| >= 1.
+NVFP4_HD uint32_t round_to_one_mantissa_bit(uint32_t a) { return a + 0x1fffffu + ((a >> 22) & 1u); }
+
 // e2m1_from_float for a finite v with integer operations instead of seven
 // compares. |v| >= 1: keep one mantissa bit, rounding half to even on the
 // FP32 bits, code = 2 * (exponent + 1) + bit, saturating at 7; |v| < 1: the
 // grid is 0.5, code = RN(2|v|), computed exactly as 2|v| + 2^23.
 NVFP4_HD uint8_t e2m1_from_finite(float v) {
   const uint32_t a = float_to_bits(v) & 0x7fffffffu;
-  const uint32_t above_one = ((a + 0x1fffffu + ((a >> 22) & 1u)) >> 22) - 252u;
+  const uint32_t above_one = (round_to_one_mantissa_bit(a) >> 22) - 252u;
   const uint32_t below_one = float_to_bits(bits_to_float(a) * 2.0f + 8388608.0f) - 0x4b000000u;
   uint32_t m = a < 0x3f800000u ? below_one : (above_one < 7u ? above_one : 7u);
   return uint8_t(m | (v < 0.0f ? 8u : 0u));
@@ -230,7 +234,7 @@ NVFP4_HD uint8_t e2m1_from_finite(float v) {
 // bit of the FP32, saturating at 6; |v| < 1 is RN(2|v|) / 2.
 NVFP4_HD float e2m1_round_finite(float v) {
   const uint32_t a = float_to_bits(v) & 0x7fffffffu;
-  const float above = bits_to_float((a + 0x1fffffu + ((a >> 22) & 1u)) & 0xffc00000u);
+  const float above = bits_to_float(round_to_one_mantissa_bit(a) & 0xffc00000u);
   const float below = (bits_to_float(a) * 2.0f + 8388608.0f - 8388608.0f) * 0.5f;
   const float mag = a < 0x3f800000u ? below : (above < 6.0f ? above : 6.0f);
   return v < 0.0f ? -mag : mag;
