@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
       l1.w_global = dw13g.get();
       l1.act = xq.get();
       l1.ld_act = kp1;
+      l1.act_rows = max_T;
       l1.pair_of_pos = pair_of_pos.get();
       l1.top_k = int(kTopK);
       l1.act_g = gx.get();
@@ -300,6 +301,7 @@ int main(int argc, char** argv) {
       l2.w_global = dw2g.get();
       l2.act = hq.get();
       l2.ld_act = kp2;
+      l2.act_rows = max_P;
       l2.act_g = gh.get();
       l2.h_out = nullptr;
       l2.y_pair = y_pair.get();

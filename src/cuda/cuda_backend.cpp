@@ -291,6 +291,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l1.w_global = w13_g_.get();
     l1.act = xq_.get();
     l1.ld_act = kp1_;
+    l1.act_rows = int64_t(xq_.size()) / kp1_;
     l1.pair_of_pos = pair_of_pos_.get();
     l1.top_k = k_;
     l1.act_g = gx_.get();
@@ -329,6 +330,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
     l2.w_global = w2_g_.get();
     l2.act = hq_.get();
     l2.ld_act = kp2_;
+    l2.act_rows = int64_t(hq_.size()) / kp2_;
     l2.act_g = gh_.get();
     l2.h_out = nullptr;
     l2.y_pair = y_pair_.get();

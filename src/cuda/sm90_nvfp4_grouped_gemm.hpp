@@ -72,8 +72,9 @@ struct GroupedGemmPlan {
   int64_t n_valid = 0;               // real output rows: I (GateUp, per half) or H (Down)
   const float* w_global = nullptr;   // GateUp: [E_local, 2] (gate, up); Down: [E_local]
 
-  const __nv_bfloat16* act = nullptr;  // operand rows [*, ld_act], K = k_steps * 64 (zero tail)
+  const __nv_bfloat16* act = nullptr;  // operand rows [act_rows, ld_act], K = k_steps * 64 (zero tail)
   int64_t ld_act = 0;
+  int64_t act_rows = 0;  // rows `act` holds (bounds the wgmma kernel's TMA copies of Down's operand)
   // Row of `act` and of `act_g` for a position: GateUp: the token, pair_of_pos[pos] / top_k;
   // Down: the position itself.
   const int32_t* pair_of_pos = nullptr;

@@ -11,10 +11,12 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm90_griddep.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
+#include "cuda/ptx/sm90_tma.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"
 #include "cuda/sm90_nvfp4_fragment_dequant.cuh"
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "cuda/swiglu.cuh"
+#include "cuda/tensor_map.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -80,6 +82,16 @@ struct ColumnMeta {
   float wj;
 };
 static_assert(sizeof(ColumnMeta) == 12, "ColumnMeta is 3 words");
+
+// The TMA copies of a stage: the m-tiles' code runs and scale words, and for
+// Down (whose operand rows are the tile's consecutive positions) the operand
+// chunks. GateUp's operand rows are tokens gathered by pair, so its producer
+// copies them with cp.async.
+struct WgmmaMaps {
+  CUtensorMap codes;   // u32 [experts][m_tiles][k_chunks * 128], box [1][16][256]: one stage of 16 m-tiles
+  CUtensorMap scales;  // u32 [experts][m_tiles][k_stages * 32], box [1][16][32]
+  CUtensorMap act;     // BF16 [act_rows][K], box [block_n][64], 128-byte swizzle (Down only)
+};
 
 // One tile of work: up to 16 m-tiles x up to kBlockN positions of one expert.
 struct Tile {
@@ -188,10 +200,16 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
 }
 
 template <Projection P, int kBlockN>
-__device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, const MmaWeights& w, TokenBlocks mode) {
+__device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, const MmaWeights& w, const WgmmaMaps& maps,
+                                               TokenBlocks mode) {
   using S = Smem<kBlockN>;
   constexpr int kStages = S::kStages;
   constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
+  constexpr bool kGather = P == Projection::GateUp;  // operand rows by cp.async, else by TMA
+  // A stage is full once the TMA bytes have landed (one expect_tx arrival)
+  // and, when gathering, every producer thread's cp.async.
+  constexpr int kFullArrivals = 1 + (kGather ? kProducerThreads : 0);
+  constexpr uint32_t kTmaBytes = S::kCodeStage + S::kScaleStage + (kGather ? 0 : S::kActStage);
 
   if (!plan_selected(plan)) return;
 
@@ -245,7 +263,7 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full_bar + 8 * s, kProducerThreads);  // every producer thread's cp.async
+      ptx::mbarrier_init(full_bar + 8 * s, kFullArrivals);
       ptx::mbarrier_init(empty_bar + 8 * s, kConsumerWarps);
     }
     for (int s = 0; s < S::kMetaSlots; ++s) {
@@ -258,9 +276,14 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
   const int32_t total = prefix[local];
 
   if (warp >= kConsumerWarps) {
-    // ---- producer: code runs, scale words and operand rows by cp.async ----
+    // ---- producer: code runs and scale words by TMA, operand rows by TMA or cp.async ----
     ptx::setmaxnreg_dec<kProducerRegisters>();
     const int ptid = tid - 32 * kConsumerWarps;
+    if (ptid == 0) {
+      ptx::prefetch_tensor_map(&maps.codes);
+      ptx::prefetch_tensor_map(&maps.scales);
+      if constexpr (!kGather) ptx::prefetch_tensor_map(&maps.act);
+    }
     // This thread's 16-byte unit of each operand chunk row: fixed; rows ptid / 8 + 16 j.
     const int unit = ptid % (kActAtomBytes / 16);
     constexpr int kRowsPerPass = kProducerThreads / (kActAtomBytes / 16);
@@ -281,39 +304,43 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
       ptx::mbarrier_arrive(meta_full_bar + 8 * meta_ring.stage);
       ptx::named_barrier_sync(1, kProducerThreads);
       const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
-      const int live_mtiles = int(m_tiles - mt0 < kMTilesPerCta ? m_tiles - mt0 : kMTilesPerCta);
-      const int64_t et0 = int64_t(tile.expert) * m_tiles + mt0;  // expert * m_tiles + first m-tile
       for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
         const uint32_t full = full_bar + 8 * ring.stage;
         ptx::mbarrier_wait_parity(empty_bar + 8 * ring.stage, ring.phase ^ 1);
-        // Code runs: 1 KB per m-tile (its two chunks), 16 bytes a thread.
-        // NOTES: cp.async, not one bulk copy per m-tile: 16 copies of 1 KB a
-        // stage cost the kernel ~20 % more (measured, bench/NOTES.md).
-        for (int i = ptid; i < live_mtiles * (kStageChunks * kFragBytes / 16); i += kProducerThreads) {
-          const int m = i / (kStageChunks * kFragBytes / 16), q = i % (kStageChunks * kFragBytes / 16);
-          ptx::cp_async_16_shared(code_base + ring.stage * S::kCodeStage + m * kStageChunks * kFragBytes + q * 16,
-                                  w.codes + ((et0 + m) * k_chunks + ks * kStageChunks) * kFragBytes + q * 16);
-        }
-        // Scale words: 8 x 16 bytes per m-tile.
-        if (ptid < live_mtiles * (kScaleWordBytes / 16)) {
-          const int m = ptid / (kScaleWordBytes / 16), q = ptid % (kScaleWordBytes / 16);
-          ptx::cp_async_16_shared(scale_base + ring.stage * S::kScaleStage + m * kScaleWordBytes + q * 16,
-                                  w.scales + ((et0 + m) * (k_chunks / kStageChunks) + ks) * kScaleWordBytes + q * 16);
-        }
-        // Operand rows (already in k-slot order, operand_order.hpp): 16-byte units into the 128B swizzle
-        // (unit ^ row % 8).
-        const uint32_t act_stage = act_base + ring.stage * S::kActStage;
-#pragma unroll 4
-        for (int r = ptid / (kActAtomBytes / 16); r < tile.rows; r += kRowsPerPass) {
-          const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
-          const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
+        if (ptid == 0) {
+          // NOTES: one TMA box per stage for the codes (16 KB) and one for
+          // the scales; session 3's 1 KB bulk copies per m-tile were slower
+          // than cp.async, and session 5 measured cp.async's loads alone at
+          // ~44 GB/s per SM (bench/NOTES.md). Rows past the expert's last
+          // m-tile read as zero and are never stored.
+          ptx::mbarrier_arrive_expect_tx(full, kTmaBytes);
+          ptx::tma_load_3d(code_base + ring.stage * S::kCodeStage, &maps.codes, full,
+                           int32_t(ks * (kStageChunks * kFragBytes / 4)), int32_t(mt0), tile.expert);
+          ptx::tma_load_3d(scale_base + ring.stage * S::kScaleStage, &maps.scales, full,
+                           int32_t(ks * (kScaleWordBytes / 4)), int32_t(mt0), tile.expert);
+          if constexpr (!kGather) {  // positions tile.begin.. (columns past tile.rows are never stored)
 #pragma unroll
-          for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_16_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
+            for (int c = 0; c < kStageChunks; ++c)
+              ptx::tma_load_2d(act_base + ring.stage * S::kActStage + c * S::kActChunk, &maps.act, full,
+                               int32_t(ks * kStageK + c * kMmaChunkK), tile.begin);
+          }
         }
-        ptx::cp_async_mbarrier_arrive_noinc(full);
+        if constexpr (kGather) {
+          // Operand rows (already in k-slot order, operand_order.hpp): 16-byte units into the 128B swizzle
+          // (unit ^ row % 8).
+          const uint32_t act_stage = act_base + ring.stage * S::kActStage;
+#pragma unroll 4
+          for (int r = ptid / (kActAtomBytes / 16); r < tile.rows; r += kRowsPerPass) {
+            const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
+            const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
+#pragma unroll
+            for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_16_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
+          }
+          ptx::cp_async_mbarrier_arrive_noinc(full);
+        }
       }
     }
-    ptx::cp_async_wait<0>();
+    if constexpr (kGather) ptx::cp_async_wait<0>();
     return;
   }
 
@@ -351,7 +378,7 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
         dequant_fragment_chunk(frag, scales >> (16 * c), dst);
       };
       ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
-      ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
+      if constexpr (kGather) ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
       dequant(ring.stage, 0, 0, a[0]);
       for (int64_t ks = 0; ks < k_stages; ++ks) {
         const uint64_t act_desc = ptx::smem_desc_advance(act_desc0, ring.stage * S::kActStage);
@@ -374,7 +401,7 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
             RingPosition<kStages> next = ring;
             next.advance();
             ptx::mbarrier_wait_parity(full_bar + 8 * next.stage, next.phase);
-            ptx::fence_proxy_async_shared();
+            if constexpr (kGather) ptx::fence_proxy_async_shared();
             dequant(next.stage, 0, 0, a[0]);
           }
         }
@@ -408,10 +435,28 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
 template <Projection P, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_nvfp4_wgmma_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ MmaWeights w,
-                                 TokenBlocks mode) {
+                                 const __grid_constant__ WgmmaMaps maps, TokenBlocks mode) {
   ptx::griddep_launch_dependents();
-  wgmma_gemm_cta<P, kBlockN>(plan, w, mode);
+  wgmma_gemm_cta<P, kBlockN>(plan, w, maps, mode);
   ptx::griddep_wait();
+}
+
+// The maps of a launch: they hold the weights' and the operand's addresses,
+// so they are built per launch (host work only; a graph keeps them by value).
+template <Projection P, int kBlockN>
+WgmmaMaps make_maps(const GroupedGemmPlan& p, const MmaWeights& w) {
+  const MmaGeometry& g = w.geometry;
+  const uint64_t experts = uint64_t(p.local_experts), m_tiles = uint64_t(g.m_tiles);
+  const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes, scale_row = uint64_t(g.k_chunks / kStageChunks) * kScaleWordBytes;
+  WgmmaMaps m{};
+  m.codes = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.codes, {code_row / 4, m_tiles, experts},
+                            {code_row, code_row * m_tiles}, {kStageChunks * kFragBytes / 4, kMTilesPerCta, 1});
+  m.scales = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.scales, {scale_row / 4, m_tiles, experts},
+                             {scale_row, scale_row * m_tiles}, {kScaleWordBytes / 4, kMTilesPerCta, 1});
+  if (P == Projection::Down)
+    m.act = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act, {uint64_t(g.k_chunks) * kMmaChunkK, uint64_t(p.act_rows)},
+                            {uint64_t(p.ld_act) * 2}, {kMmaChunkK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
+  return m;
 }
 
 template <Projection P, int kBlockN>
@@ -429,7 +474,8 @@ void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmCo
   overlap.val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = &overlap;
   lc.numAttrs = cfg.overlap_previous ? 1 : 0;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>, p, w, cfg.blocks));
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>, p, w, make_maps<P, kBlockN>(p, w),
+                                      cfg.blocks));
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
@@ -488,6 +534,7 @@ void check_plan(const GroupedGemmPlan& p, const MmaWeights& w) {
               p.local_experts, p.offsets ? "" : " (offsets null)");
   NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
               "sm90_nvfp4_wgmma_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
+  NVFP4_CHECK(p.act_rows >= 1, "sm90_nvfp4_wgmma_gemm: plan.act_rows (rows of act) must be set, got ", p.act_rows);
   NVFP4_CHECK(aligned_to(p.act, 16) && aligned_to(w.codes, 16) && aligned_to(w.scales, 16),
               "sm90_nvfp4_wgmma_gemm: act, codes and scales must be 16-byte aligned");
   if (p.projection == Projection::GateUp) {

@@ -10,10 +10,12 @@
 //     warpgroup) x block_n token positions of one expert (one of
 //     kWgmmaWidths; TokenBlocks says which blocks a launch takes), K in
 //     stages of 128;
-//   * the producer warpgroup streams each stage into a ring with 16-byte
-//     cp.async (arrive.noinc on the stage's full barrier): the m-tiles' code
-//     runs and scale words, and the operand rows of the block's tokens,
-//     K-major in the 128-byte swizzle. The operand rows must be in k-slot
+//   * the producer warpgroup streams each stage into a ring: the m-tiles'
+//     code runs and scale words by TMA (one box each), the operand rows
+//     K-major in the 128-byte swizzle, by TMA for Down (consecutive
+//     positions, plan.act_rows bounds them) and by 16-byte cp.async for
+//     GateUp (tokens gathered by pair); the stage's full barrier counts the
+//     TMA bytes and the cp.async arrivals. The operand rows must be in k-slot
 //     order (operand_order.hpp: the fragment layout permutes K inside each
 //     64-column chunk, and the dot product is invariant when both sides
 //     agree);

@@ -285,6 +285,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.w_global = w13_global_.get();
   l1.act = act_.get();
   l1.ld_act = ld_act_;
+  l1.act_rows = capacity_;
   l1.pair_of_pos = identity_.get();  // receive row = position = "token"
   l1.top_k = 1;
   l1.act_g = a.g;
@@ -309,6 +310,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l2.w_global = w2_global_.get();
   l2.act = h_deq_.get();
   l2.ld_act = ld_h_deq_;
+  l2.act_rows = capacity_;
   l2.act_g = h_g_.get();
   l2.h_out = nullptr;
   l2.y_pair = a.out;

@@ -397,6 +397,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   l1.w_global = dw13g.get();
   l1.act = reinterpret_cast<const __nv_bfloat16*>(dx.get());
   l1.ld_act = p.H;
+  l1.act_rows = int64_t(x_op.size()) / p.H;
   l1.pair_of_pos = pair_of_pos.get();
   l1.top_k = int(p.k);
   l1.act_g = dgx.get();
@@ -417,6 +418,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   l2.w_global = dw2g.get();
   l2.act = reinterpret_cast<const __nv_bfloat16*>(dhop.get());
   l2.ld_act = p.I;
+  l2.act_rows = int64_t(hop_pos.size()) / p.I;
   l2.act_g = dgh.get();
   l2.h_out = nullptr;
   l2.y_pair = y.get();
@@ -710,6 +712,7 @@ TEST(Sm90WgmmaGemmPrepare, NeverLowersAnEarlierOptIn) {
   plan.n_valid = 128 * 8;  // 128 m-tiles of gate/up rows
   plan.act = act.get();
   plan.ld_act = 128;
+  plan.act_rows = 8;
   plan.act_g = g.get();
   plan.w_global = g.get();
   plan.pair_of_pos = pairs.get();
@@ -825,6 +828,7 @@ TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
   good.n_valid = 4 * kMmaTileRows;
   good.act = reinterpret_cast<const __nv_bfloat16*>(bytes);
   good.ld_act = 128;
+  good.act_rows = 8;
   good.act_g = good.w_global = good.topk_weights = any_f;
   good.pair_of_pos = good.offsets = any_i;
   good.local_experts = 3;
@@ -850,6 +854,9 @@ TEST(Sm90WgmmaGemmChecks, RejectsBadPlansNamingTheValue) {
   p = good;
   p.y_pair = nullptr;
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "y_pair");
+  p = good;
+  p.act_rows = 0;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(p, w, cfg, nullptr), "act_rows", "got 0");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, MmaWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_wgmma_gemm(good, w, Sm90WgmmaGemmConfig{40, 0, TokenBlocks::Split}, nullptr),
                         "block_n=40", "128, 96, 64, 32");

@@ -1,0 +1,41 @@
+// One-instruction PTX wrappers of the tensor memory accelerator (sm_90): a
+// tiled copy of a box of a tensor (CUtensorMap, built on the host by
+// tensor_map.hpp) from global into shared memory, completing on an mbarrier
+// as transaction bytes, and the arrival that announces those bytes.
+#pragma once
+
+#include <cstdint>
+
+namespace nvfp4moe::cuda::ptx {
+
+// One arrival on `bar`, which now also waits for `bytes` more transaction
+// bytes (the copies this phase's TMA loads will deliver).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// The box of `map` at element coordinates (x, y) / (x, y, z) -> shared `dst`
+// (128-byte aligned; 1024 for the 128-byte swizzle); completes `bytes` of
+// `bar`'s transaction count. Elements outside the tensor read as zero and
+// still count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int32_t x, int32_t y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(x), "r"(y)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, uint32_t bar, int32_t x, int32_t y,
+                                            int32_t z) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(x), "r"(y), "r"(z)
+      : "memory");
+}
+
+// Pulls a tensor map (a kernel parameter) into the TMA unit's cache ahead of
+// its first use.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+}  // namespace nvfp4moe::cuda::ptx
