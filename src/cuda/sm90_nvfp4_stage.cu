@@ -6,6 +6,9 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/ptx/sm90_tma.cuh"
+#include "cuda/ptx/sm90_mbarrier.cuh"
+#include "cuda/ptx/sm90_wgmma.cuh"  // fence_proxy_async_shared
 #include "cuda/sm90_nvfp4_stage.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/format.hpp"
@@ -190,16 +193,179 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
   }
 }
 
+// ---- The operand path (BF16 operand rows and g only: the routed path) ----
+
+constexpr int kStages = 2;               // row buffers of a CTA: the row being quantized, the next one landing
+constexpr int kOperandThreads = 128;     // CTA size when rows outnumber the SMs
+
+// The 16 values of block b of a row held in shared memory as loaded.
+template <bool kBf16>
+__device__ __forceinline__ void load_block_shared(const uint8_t* row, int b, float (&v)[kBlock]) {
+  const uint4* p = reinterpret_cast<const uint4*>(row + size_t(b) * kBlock * (kBf16 ? 2 : 4));
+  RawBlock<kBf16> r;
+#pragma unroll
+  for (int i = 0; i < (kBf16 ? 2 : 4); ++i) r.u[i] = p[i];
+  unpack_block(r, v);
+}
+
+// Where 16-byte unit u (0..7) of 64-column chunk c goes while a chunk's
+// operand words are regrouped in shared memory: 4 * (u ^ swizzle(c % 8)).
+// NOTES: the 8 chunks of a warp store word t of unit u at once (8 distinct
+// units per u: conflict-free), and a quarter warp (chunks 2q, 2q + 1) reads
+// units t and t + 4 back, which land in the two halves {q ^ 0..3} and
+// {4 + q ^ 0..3} of the chunk's 8 units: conflict-free too.
+__device__ __forceinline__ int kslot_unit_swizzle(int chunk) { return ((chunk >> 1) & 3) | ((chunk & 1) << 2); }
+
+// Persistent: CTA c stages rows c, c + grid, ... one at a time. Each row
+// arrives in shared memory by one bulk copy, issued one row ahead into the
+// other stage, so a CTA's loads cost it no registers and no issue slots.
+// Thread i owns blocks i, i + blockDim, ...: their maxima (kept in shared
+// memory for the same thread), then, after the CTA's one barrier per row
+// (the row's maximum), their quantization from the shared row again. Many
+// CTAs of different rows share an SM (128 threads: 7 per SM at K=7168, 8 at
+// K=3072 FP32), so one CTA's barrier leaves the SM other work. k-slot rows
+// are regrouped in place: the 4 blocks of a chunk belong to 4 lanes of one
+// warp, which write their BF16 pairs over the chunk's input and read back
+// whole 16-byte units (__syncwarp only).
+template <bool kBf16>
+__global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
+    stage_operand_rows_kernel(const __grid_constant__ StageRows a, int64_t rows_max) {
+  static_assert(kMmaChunkK == 4 * kBlock, "a k-slot chunk is the 4 blocks of 4 neighbouring lanes");
+  constexpr int kElem = kBf16 ? 2 : 4;
+
+  // Shared memory: kStages input rows (dynamic), one barrier per stage, the warp maxima of a row per stage.
+  extern __shared__ __align__(128) uint8_t stage_rows[];
+  __shared__ uint64_t full_[kStages];
+  __shared__ float warp_amax[kStages][kMaxBlocksPerRow / 32];
+  __shared__ float block_amax[kMaxBlocksPerRow];  // a thread's own blocks: written in step 1, read in step 2
+
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, kb = int(a.cols / kBlock);
+  const uint32_t row_bytes = uint32_t(a.cols) * kElem;
+  const int64_t rows = a.num_rows ? (int64_t(*a.num_rows) < rows_max ? int64_t(*a.num_rows) : rows_max) : rows_max;
+  const bool kslot = a.deq_order.kslot();
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(ptx::smem_addr(&full_[s]), 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  // Thread 0: the CTA's it-th row into stage it % kStages.
+  auto load_row = [&](uint32_t it) {
+    const int64_t row = blockIdx.x + int64_t(it) * gridDim.x;
+    if (row >= rows) return;
+    const uint32_t bar = ptx::smem_addr(&full_[it % kStages]);
+    ptx::mbarrier_arrive_expect_tx(bar, row_bytes);
+    ptx::cp_async_bulk_shared_global(ptx::smem_addr(stage_rows + (it % kStages) * row_bytes),
+                                     static_cast<const uint8_t*>(a.x) + row * a.ld_x * kElem, row_bytes, bar);
+  };
+  if (tid == 0)
+    for (uint32_t it = 0; it + 1 < kStages; ++it) load_row(it);
+
+  uint32_t it = 0;  // the CTA's rows so far
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++it) {
+    const uint32_t s = it % kStages;
+    uint8_t* in = stage_rows + s * row_bytes;
+    float g = a.static_g;
+    if (!a.per_row && a.static_g_per_expert) g = a.static_g_per_expert[a.row_expert[row]];
+    ptx::mbarrier_wait_parity(ptx::smem_addr(&full_[s]), (it / kStages) & 1u);
+
+    // 1. The maxima of this thread's blocks and of the row (NaN-propagating).
+    float m = 0.0f;
+    for (int b = tid; b < kb; b += int(blockDim.x)) {
+      float v[kBlock];
+      load_block_shared<kBf16>(in, b, v);
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBlock; ++j) amax = abs_max_nan(amax, v[j]);
+      block_amax[b] = amax;
+      m = abs_max_nan(m, amax);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = abs_max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) warp_amax[s][warp] = m;
+    __syncthreads();  // the row's maxima are in, and every thread is done with the CTA's previous row
+    if (tid == 0) load_row(it + kStages - 1);  // into the stage that row used
+    if (a.per_row) {
+      float r = 0.0f;
+      for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[s][w]);
+      g = global_scale_from_amax(r);
+    }
+    if (tid == 0) a.g_out[row] = g;
+
+    // 2. Each block: spec section 2 in order (s_b, d_b, then the QDQ values), as BF16 pairs.
+    __nv_bfloat16* out = a.deq + row * a.deq_ld;
+    for (int b0 = 0; b0 < kb; b0 += int(blockDim.x)) {  // the same trips for the whole CTA (__syncwarp below)
+      const int b = b0 + tid;
+      const bool live = b < kb;
+      uint32_t o[8];
+      if (live) {
+        float v[kBlock], val[kBlock];
+        load_block_shared<kBf16>(in, b, v);
+        const float amax = block_amax[b];
+        const uint8_t sb = block_scale_byte(amax, g);
+        quantize_block_values(v, amax, block_dequant_factor(sb, g), e4m3_value(sb), val);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * j], val[2 * j + 1]);
+          o[j] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+      }
+      if (!kslot) {
+        if (live) {
+          uint4* dst = reinterpret_cast<uint4*>(out + b * kBlock);
+          dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+          dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+        continue;
+      }
+      // k-slot order: pair j of block t (= b % 4) is word t of the chunk's unit j.
+      const int c = b / 4, t = b % 4, sw = kslot_unit_swizzle(c % 8);
+      uint32_t* chunk = reinterpret_cast<uint32_t*>(in + size_t(c) * kMmaChunkK * kElem);
+      __syncwarp();  // the chunk's 4 lanes have read their blocks
+      if (live) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) chunk[4 * (j ^ sw) + t] = o[j];
+      }
+      __syncwarp();
+      if (live) {
+        uint4* dst = reinterpret_cast<uint4*>(out + c * kMmaChunkK);
+        dst[t] = *reinterpret_cast<const uint4*>(chunk + 4 * (t ^ sw));
+        dst[t + 4] = *reinterpret_cast<const uint4*>(chunk + 4 * ((t + 4) ^ sw));
+      }
+    }
+    // The stage's next bulk copy follows the CTA barrier of the next row; k-slot rows wrote it.
+    if (kslot) ptx::fence_proxy_async_shared();
+
+    // 3. The operand row's zero tail.
+    for (int64_t col = a.cols + 8 * tid; col < a.deq_ld; col += 8 * int64_t(blockDim.x))
+      *reinterpret_cast<uint4*>(out + col) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The operand path: one thread per block when the rows are no more than the
+// SMs (a row's latency), else kOperandThreads (many rows per SM).
+void launch_operand_rows(const StageRows& s, int64_t rows, cudaStream_t stream) {
+  const int kb = int(s.cols / kBlock);
+  const int threads = rows <= sm_count() ? int(round_up(kb, 32)) : kOperandThreads;
+  const size_t smem = size_t(kStages) * size_t(s.cols) * (s.x_bf16 ? 2 : 4);
+  auto kernel = s.x_bf16 ? stage_operand_rows_kernel<true> : stage_operand_rows_kernel<false>;
+  allow_smem_at_least(kernel, smem);
+  const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
+  kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);
+  NVFP4_CUDA_CHECK_LAUNCH("stage_operand_rows_kernel");
+}
 
 void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const int kb = int(s.cols / kBlock);
-  const int threads = int(round_up(kb, 32));
-  // k-slot order goes through shared memory (the order is decided on the
-  // device, so the bytes are reserved whenever the order may be k-slot).
+  // k-slot order regroups whole 64-column chunks (the order is decided on the
+  // device, so this holds whenever the order may be k-slot).
   const bool may_kslot = s.deq && s.deq_order.may_be_kslot();
   NVFP4_CHECK(!may_kslot || s.cols % kMmaChunkK == 0, "sm90_nvfp4_stage: k-slot order needs K a multiple of ",
               kMmaChunkK, ", got K=", s.cols);
-  const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16
+  if (s.deq && !s.codes && !s.scales_linear && !s.scales_swizzled) return launch_operand_rows(s, rows, stream);
+  const int threads = int(round_up(kb, 32));
+  const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16 (k-slot regrouping)
   auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
   const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
   kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);

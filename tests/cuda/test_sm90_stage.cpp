@@ -209,6 +209,101 @@ TEST(Sm90Stage, KSlotOrderIsTheLogicalOperandPermuted) {
   EXPECT_EQ(operand_kslot_column(16), 2);  // block 1, step 0, first pair: k-slots 2, 3
 }
 
+// ---- The operand path (BF16 operand + g only) against the CPU quantizer ----
+
+// The operand rows spec section 2 gives for rows of x (row stride ld) under
+// the global scales g: value(q) * f32(s) as BF16 at each column's place in
+// `kslot` or logical order, then zeros up to deq_ld.
+template <typename T>
+std::vector<uint16_t> cpu_operand_rows(const T* x, int64_t rows, int64_t cols, int64_t ld, const std::vector<float>& g,
+                                       int64_t deq_ld, bool kslot) {
+  std::vector<uint8_t> codes(size_t(rows * cols / 2)), scales(size_t(rows * cols / 16));
+  quantize_rows(x, rows, cols, ld, g.data(), 1, codes.data(), scales.data());
+  std::vector<uint16_t> out(size_t(rows * deq_ld), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t q = (codes[size_t(r * cols / 2 + c / 2)] >> (4 * (c & 1))) & 15;
+      const float v = fmt::e2m1_value(q) * fmt::e4m3_value(scales[size_t(r * cols / 16 + c / 16)]);
+      out[size_t(r * deq_ld + (kslot ? operand_kslot_column(c) : c))] = bf16_from_float(v).bits;
+    }
+  return out;
+}
+
+// The first operand element that differs (NaN matches any NaN), with its row and column.
+void expect_same_operand(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int64_t rows,
+                         int64_t deq_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < deq_ld; ++c) {
+      const uint16_t a = got[size_t(r * deq_ld + c)], b = want[size_t(r * deq_ld + c)];
+      if (std::isnan(bf16_to_float(Bf16{a})) && std::isnan(bf16_to_float(Bf16{b}))) continue;
+      ASSERT_EQ(a, b) << "operand row " << r << " element " << c << " (deq_ld " << deq_ld << ")";
+    }
+}
+
+// The global scale the spec gives a row: amax / 2688 per row, or the static g.
+template <typename T>
+std::vector<float> cpu_row_scales(const T* x, int64_t rows, int64_t cols, int64_t ld, bool per_row, float static_g) {
+  std::vector<float> g(size_t(rows), static_g);
+  if (per_row)
+    for (int64_t r = 0; r < rows; ++r) g[size_t(r)] = global_scale_for_amax(abs_max(x + r * ld, cols));
+  return g;
+}
+
+struct OperandCase {
+  bool bf16;
+  int64_t rows, cols;
+  bool kslot, per_row;
+  const char* what;
+};
+
+// Single rows (one thread per block) and more rows than fit on the GPU at
+// once (128-thread CTAs, each through both stages several times), logical
+// and k-slot order, a zero tail, NaN / Inf / zero / tiny rows.
+TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const OperandCase cases[] = {
+      {true, 1, 7168, false, true, "one row, logical"},
+      {true, 1, 7168, true, true, "one row holding NaN, k-slot"},
+      {true, 1, 7168, true, false, "one row, k-slot, static g"},
+      {true, 3000, 7168, true, true, "many rows, k-slot"},
+      {true, 3000, 7168, false, false, "many rows, logical, static g"},
+      {false, 2000, 3072, true, true, "FP32 rows, k-slot"},
+      {false, 300, 1024, false, false, "FP32 rows, logical, static g"},
+  };
+  for (const OperandCase& oc : cases) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << oc.what << ": seed " << seed << " bf16=" << oc.bf16 << " rows=" << oc.rows
+                                      << " cols=" << oc.cols);
+    Rng rng(seed);
+    std::vector<float> x = special_rows(rng, oc.rows, oc.cols);
+    if (oc.rows == 1 && oc.kslot && oc.per_row) x[size_t(oc.cols / 2 + 5)] = std::nanf("");
+    std::vector<Bf16> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16_from_float(x[i]);
+    DeviceBuffer<uint8_t> dx(x.size() * 4);
+    if (oc.bf16) {
+      NVFP4_CUDA_CHECK(cudaMemcpy(dx.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+      NVFP4_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const int64_t deq_ld = oc.cols + 64;
+    const float static_g = 0.0123f;
+    const ActScope scope = oc.per_row ? ActScope::PerRow : ActScope::Static;
+    const OperandOrder order = oc.kslot ? OperandOrder{nullptr, -1} : OperandOrder{};
+    const Staged got = run_stage(true, dx.get(), oc.bf16, oc.rows, oc.cols, deq_ld, scope, static_g, order, true);
+
+    const std::vector<float> g = oc.bf16 ? cpu_row_scales(xb.data(), oc.rows, oc.cols, oc.cols, oc.per_row, static_g)
+                                         : cpu_row_scales(x.data(), oc.rows, oc.cols, oc.cols, oc.per_row, static_g);
+    for (int64_t r = 0; r < oc.rows; ++r)
+      ASSERT_TRUE(same_g(got.g[size_t(r)], g[size_t(r)]))
+          << "g of row " << r << ": " << got.g[size_t(r)] << " vs " << g[size_t(r)];
+    const std::vector<uint16_t> want =
+        oc.bf16 ? cpu_operand_rows(xb.data(), oc.rows, oc.cols, oc.cols, g, deq_ld, oc.kslot)
+                : cpu_operand_rows(x.data(), oc.rows, oc.cols, oc.cols, g, deq_ld, oc.kslot);
+    expect_same_operand(got.deq, want, oc.rows, deq_ld);
+    if (oc.rows == 1 && oc.kslot && oc.per_row) EXPECT_TRUE(std::isnan(got.g[0])) << "a NaN row has a NaN g";
+  }
+}
+
 TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
@@ -272,6 +367,70 @@ TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
         for (int64_t c = 0; c < cols; ++c)
           ASSERT_EQ(out[1][size_t(r * deq_ld + operand_kslot_column(c))], logical[size_t(r * deq_ld + c)])
               << "row " << r << " column " << c;
+  }
+}
+
+// The requantization entry on more rows than fit on the GPU at once, fewer
+// of them live (*num_rows) than rows_max: per-row g in k-slot order, the
+// static g of each row's expert in logical order, against the CPU quantizer;
+// rows past *num_rows keep their bytes (g and operand).
+TEST(Sm90Requant, ManyRowsMatchTheCpuQuantizerByteForByte) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  const int64_t rows_max = 2500, live = 2100, cols = 3072, ld_h = cols + 4, deq_ld = cols + 64, E = 5;
+  std::vector<float> h = special_rows(rng, rows_max, ld_h);
+  std::vector<int32_t> row_expert(static_cast<size_t>(rows_max));
+  for (auto& e : row_expert) e = int32_t(rng.below(E));
+  const std::vector<float> gE = {0.01f, 0.02f, 0.5f, 3e-5f, 7.0f};
+  DeviceBuffer<float> dh(h.size()), dgE(gE.size());
+  dh.upload(h.data(), h.size());
+  dgE.upload(gE.data(), gE.size());
+  DeviceBuffer<int32_t> dn(1), dre(row_expert.size());
+  const int32_t live32 = int32_t(live);
+  dn.upload(&live32, 1);
+  dre.upload(row_expert.data(), row_expert.size());
+  for (bool static_g : {false, true}) {
+    const bool kslot = !static_g;
+    SCOPED_TRACE(static_g ? "static per expert, logical" : "dynamic per row, k-slot order");
+    DeviceBuffer<float> dg(static_cast<size_t>(rows_max));
+    DeviceBuffer<__nv_bfloat16> deq(size_t(rows_max * deq_ld));
+    NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
+    NVFP4_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
+    RequantRowsArgs a;
+    a.h = dh.get();
+    a.ld_h = ld_h;
+    a.cols = cols;
+    a.rows_max = rows_max;
+    a.num_rows = dn.get();
+    a.static_g_per_expert = static_g ? dgE.get() : nullptr;
+    a.row_expert = dre.get();
+    a.g_out = dg.get();
+    a.deq = deq.get();
+    a.deq_ld = deq_ld;
+    if (kslot) a.deq_order = OperandOrder{dn.get(), live32 - 1};
+    ASSERT_TRUE(sm90_nvfp4_requant_supports(a));
+    sm90_nvfp4_requant(a, nullptr);
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(deq.size());
+    std::vector<float> g(static_cast<size_t>(rows_max));
+    deq.download(reinterpret_cast<__nv_bfloat16*>(got.data()), got.size());
+    dg.download(g.data(), g.size());
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<float> want_g = cpu_row_scales(h.data(), live, cols, ld_h, !static_g, 0.0f);
+    if (static_g)
+      for (int64_t r = 0; r < live; ++r) want_g[size_t(r)] = gE[size_t(row_expert[size_t(r)])];
+    for (int64_t r = 0; r < live; ++r)
+      ASSERT_TRUE(same_g(g[size_t(r)], want_g[size_t(r)])) << "g of row " << r << ": " << g[size_t(r)] << " vs "
+                                                            << want_g[size_t(r)];
+    expect_same_operand(got, cpu_operand_rows(h.data(), live, cols, ld_h, want_g, deq_ld, kslot), live, deq_ld);
+    for (int64_t r = live; r < rows_max; ++r) {
+      ASSERT_TRUE(std::isnan(g[size_t(r)])) << "g of row " << r << " past num_rows was written";
+      ASSERT_EQ(got[size_t(r * deq_ld)], 0xFFFF) << "row " << r << " past num_rows was written";
+      ASSERT_EQ(got[size_t(r * deq_ld + deq_ld - 1)], 0xFFFF) << "tail of row " << r << " past num_rows was written";
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // One-instruction PTX wrappers: mbarrier (init, arrivals of threads and of
-// their cp.async copies, parity wait), 16-byte cp.async into shared memory,
+// their cp.async copies, the expect-tx arrival of a bulk copy, parity wait),
+// 16-byte cp.async into shared memory,
 // and shared-memory loads. Addresses are 32-bit shared-window addresses
 // (smem_addr()).
 #pragma once
@@ -33,6 +34,12 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t pari
 
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// One arrival on `bar` that also raises the bytes its phase waits for by
+// `bytes` (the bulk and tensor copies that complete on it, ptx/sm90_tma.cuh).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 // One arrival on `bar` once every cp.async this thread issued before has

@@ -1,17 +1,22 @@
-// One-instruction PTX wrappers of the tensor memory accelerator (sm_90): a
-// tiled copy of a box of a tensor (CUtensorMap, built on the host by
-// tensor_map.hpp) from global into shared memory, completing on an mbarrier
-// as transaction bytes, and the arrival that announces those bytes.
+// One-instruction PTX wrappers of the copy engine (TMA, sm_90): a 1-D bulk
+// copy of contiguous bytes, and a tiled copy of a box of a tensor
+// (CUtensorMap, built on the host by tensor_map.hpp), from global into shared
+// memory, each completing on an mbarrier as transaction bytes (armed with
+// mbarrier_arrive_expect_tx, sm90_mbarrier.cuh).
 #pragma once
 
 #include <cstdint>
 
 namespace nvfp4moe::cuda::ptx {
 
-// One arrival on `bar`, which now also waits for `bytes` more transaction
-// bytes (the copies this phase's TMA loads will deliver).
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+// `bytes` (a multiple of 16; both ends 16-byte aligned) from `src` to `dst`:
+// the 1-D bulk copy. Without a cluster launch the CTA's own shared window is
+// its cluster window.
+__device__ __forceinline__ void cp_async_bulk_shared_global(uint32_t dst, const void* src, uint32_t bytes,
+                                                            uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 }
 
 // The box of `map` at element coordinates (x, y) / (x, y, z) -> shared `dst`
