@@ -304,23 +304,62 @@ TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
   }
 }
 
+// Inputs of the requantization tests: rows_max rows of special values (row
+// stride cols + 4), each row's expert among the static scales gE, and the
+// device count of live rows; args() describes them, written to fresh,
+// 0xFF-poisoned g and operand buffers (deq_ld = cols + 64).
+struct RequantCase {
+  int64_t rows_max, cols, ld_h, deq_ld;
+  int32_t live;
+  std::vector<float> h, gE;
+  std::vector<int32_t> row_expert;
+  DeviceBuffer<float> dh, dgE, dg;
+  DeviceBuffer<int32_t> dn, dre;
+  DeviceBuffer<__nv_bfloat16> deq;
+
+  RequantCase(Rng& rng, int64_t rows, int32_t live_rows, int64_t k, std::vector<float> expert_g)
+      : rows_max(rows), cols(k), ld_h(k + 4), deq_ld(k + 64), live(live_rows), gE(std::move(expert_g)) {
+    h = special_rows(rng, rows_max, ld_h);
+    row_expert.resize(static_cast<size_t>(rows_max));
+    for (auto& e : row_expert) e = int32_t(rng.below(uint64_t(gE.size())));
+    dh = DeviceBuffer<float>(h.size());
+    dgE = DeviceBuffer<float>(gE.size());
+    dh.upload(h.data(), h.size());
+    dgE.upload(gE.data(), gE.size());
+    dn = DeviceBuffer<int32_t>(1);
+    dre = DeviceBuffer<int32_t>(row_expert.size());
+    dn.upload(&live, 1);
+    dre.upload(row_expert.data(), row_expert.size());
+  }
+
+  RequantRowsArgs args(bool static_g, bool kslot) {
+    dg = DeviceBuffer<float>(static_cast<size_t>(rows_max));
+    deq = DeviceBuffer<__nv_bfloat16>(size_t(rows_max * deq_ld));
+    NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
+    NVFP4_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
+    RequantRowsArgs a;
+    a.h = dh.get();
+    a.ld_h = ld_h;
+    a.cols = cols;
+    a.rows_max = rows_max;
+    a.num_rows = dn.get();
+    a.static_g_per_expert = static_g ? dgE.get() : nullptr;
+    a.row_expert = dre.get();
+    a.g_out = dg.get();
+    a.deq = deq.get();
+    a.deq_ld = deq_ld;
+    if (kslot) a.deq_order = OperandOrder{dn.get(), live - 1};
+    return a;
+  }
+};
+
 TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  const int64_t rows_max = 50, live = 41, cols = 3072, ld_h = cols + 4, deq_ld = cols + 64, E = 3;
-  std::vector<float> h = special_rows(rng, rows_max, ld_h);
-  std::vector<int32_t> row_expert(static_cast<size_t>(rows_max));
-  for (auto& e : row_expert) e = int32_t(rng.below(E));
-  const std::vector<float> gE = {0.01f, 0.02f, 0.5f};
-  DeviceBuffer<float> dh(h.size()), dgE(gE.size());
-  dh.upload(h.data(), h.size());
-  dgE.upload(gE.data(), gE.size());
-  DeviceBuffer<int32_t> dn(1), dre(row_expert.size());
-  const int32_t live32 = int32_t(live);
-  dn.upload(&live32, 1);
-  dre.upload(row_expert.data(), row_expert.size());
+  RequantCase rc(rng, 50, 41, 3072, {0.01f, 0.02f, 0.5f});
+  const int64_t rows_max = rc.rows_max, live = rc.live, cols = rc.cols, deq_ld = rc.deq_ld;
   std::vector<uint16_t> logical;  // mode 0's operand, for the k-slot check
   for (int mode = 0; mode < 3; ++mode) {
     const bool static_g = mode == 1, kslot = mode == 2;
@@ -328,22 +367,9 @@ TEST(Sm90Requant, MatchesSimpleKernelAndLeavesDeadRowsAlone) {
     std::vector<uint16_t> out[2];
     std::vector<float> g[2];
     for (int fast = 0; fast < 2; ++fast) {
-      DeviceBuffer<float> dg(static_cast<size_t>(rows_max));
-      DeviceBuffer<__nv_bfloat16> deq(size_t(rows_max * deq_ld));
-      NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
-      NVFP4_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
-      RequantRowsArgs a;
-      a.h = dh.get();
-      a.ld_h = ld_h;
-      a.cols = cols;
-      a.rows_max = rows_max;
-      a.num_rows = dn.get();
-      a.static_g_per_expert = static_g ? dgE.get() : nullptr;
-      a.row_expert = dre.get();
-      a.g_out = dg.get();
-      a.deq = deq.get();
-      a.deq_ld = deq_ld;
-      if (kslot) a.deq_order = OperandOrder{dn.get(), live32 - 1};
+      RequantRowsArgs a = rc.args(static_g, kslot);
+      DeviceBuffer<float>& dg = rc.dg;
+      DeviceBuffer<__nv_bfloat16>& deq = rc.deq;
       if (fast) {
         ASSERT_TRUE(sm90_nvfp4_requant_supports(a));
         sm90_nvfp4_requant(a, nullptr);
@@ -379,37 +405,15 @@ TEST(Sm90Requant, ManyRowsMatchTheCpuQuantizerByteForByte) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  const int64_t rows_max = 2500, live = 2100, cols = 3072, ld_h = cols + 4, deq_ld = cols + 64, E = 5;
-  std::vector<float> h = special_rows(rng, rows_max, ld_h);
-  std::vector<int32_t> row_expert(static_cast<size_t>(rows_max));
-  for (auto& e : row_expert) e = int32_t(rng.below(E));
-  const std::vector<float> gE = {0.01f, 0.02f, 0.5f, 3e-5f, 7.0f};
-  DeviceBuffer<float> dh(h.size()), dgE(gE.size());
-  dh.upload(h.data(), h.size());
-  dgE.upload(gE.data(), gE.size());
-  DeviceBuffer<int32_t> dn(1), dre(row_expert.size());
-  const int32_t live32 = int32_t(live);
-  dn.upload(&live32, 1);
-  dre.upload(row_expert.data(), row_expert.size());
+  RequantCase rc(rng, 2500, 2100, 3072, {0.01f, 0.02f, 0.5f, 3e-5f, 7.0f});
+  const int64_t rows_max = rc.rows_max, live = rc.live, cols = rc.cols, ld_h = rc.ld_h, deq_ld = rc.deq_ld;
+  const std::vector<float>& h = rc.h;
   for (bool static_g : {false, true}) {
     const bool kslot = !static_g;
     SCOPED_TRACE(static_g ? "static per expert, logical" : "dynamic per row, k-slot order");
-    DeviceBuffer<float> dg(static_cast<size_t>(rows_max));
-    DeviceBuffer<__nv_bfloat16> deq(size_t(rows_max * deq_ld));
-    NVFP4_CUDA_CHECK(cudaMemset(deq.get(), 0xFF, deq.bytes()));
-    NVFP4_CUDA_CHECK(cudaMemset(dg.get(), 0xFF, dg.bytes()));
-    RequantRowsArgs a;
-    a.h = dh.get();
-    a.ld_h = ld_h;
-    a.cols = cols;
-    a.rows_max = rows_max;
-    a.num_rows = dn.get();
-    a.static_g_per_expert = static_g ? dgE.get() : nullptr;
-    a.row_expert = dre.get();
-    a.g_out = dg.get();
-    a.deq = deq.get();
-    a.deq_ld = deq_ld;
-    if (kslot) a.deq_order = OperandOrder{dn.get(), live32 - 1};
+    RequantRowsArgs a = rc.args(static_g, kslot);
+    DeviceBuffer<float>& dg = rc.dg;
+    DeviceBuffer<__nv_bfloat16>& deq = rc.deq;
     ASSERT_TRUE(sm90_nvfp4_requant_supports(a));
     sm90_nvfp4_requant(a, nullptr);
     NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
@@ -421,7 +425,7 @@ TEST(Sm90Requant, ManyRowsMatchTheCpuQuantizerByteForByte) {
 
     std::vector<float> want_g = cpu_row_scales(h.data(), live, cols, ld_h, !static_g, 0.0f);
     if (static_g)
-      for (int64_t r = 0; r < live; ++r) want_g[size_t(r)] = gE[size_t(row_expert[size_t(r)])];
+      for (int64_t r = 0; r < live; ++r) want_g[size_t(r)] = rc.gE[size_t(rc.row_expert[size_t(r)])];
     for (int64_t r = 0; r < live; ++r)
       ASSERT_TRUE(same_g(g[size_t(r)], want_g[size_t(r)])) << "g of row " << r << ": " << g[size_t(r)] << " vs "
                                                             << want_g[size_t(r)];
