@@ -441,10 +441,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::griddep_wait();
 }
 
-// The maps of a launch: they hold the weights' and the operand's addresses,
-// so they are built per launch (host work only; a graph keeps them by value).
-template <Projection P, int kBlockN>
-WgmmaMaps make_maps(const GroupedGemmPlan& p, const MmaWeights& w) {
+// The maps hold the weights' and the operand's addresses, so they are built
+// on the host per call (a graph keeps them by value): the weights' once for
+// every launch of a call (they do not depend on the width), Down's operand
+// map per width (its box is block_n rows).
+WgmmaMaps weight_maps(const GroupedGemmPlan& p, const MmaWeights& w) {
   const MmaGeometry& g = w.geometry;
   const uint64_t experts = uint64_t(p.local_experts), m_tiles = uint64_t(g.m_tiles);
   const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes, scale_row = uint64_t(g.k_chunks / kStageChunks) * kScaleWordBytes;
@@ -453,15 +454,16 @@ WgmmaMaps make_maps(const GroupedGemmPlan& p, const MmaWeights& w) {
                             {code_row, code_row * m_tiles}, {kStageChunks * kFragBytes / 4, kMTilesPerCta, 1});
   m.scales = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.scales, {scale_row / 4, m_tiles, experts},
                              {scale_row, scale_row * m_tiles}, {kScaleWordBytes / 4, kMTilesPerCta, 1});
-  if (P == Projection::Down)
-    m.act = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act, {uint64_t(g.k_chunks) * kMmaChunkK, uint64_t(p.act_rows)},
-                            {uint64_t(p.ld_act) * 2}, {kMmaChunkK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
   return m;
 }
 
 template <Projection P, int kBlockN>
-void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, int sms,
+void launch(const GroupedGemmPlan& p, const MmaWeights& w, WgmmaMaps maps, const Sm90WgmmaGemmConfig& cfg, int sms,
             cudaStream_t stream) {
+  if constexpr (P == Projection::Down)
+    maps.act = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act,
+                               {uint64_t(w.geometry.k_chunks) * kMmaChunkK, uint64_t(p.act_rows)},
+                               {uint64_t(p.ld_act) * 2}, {kMmaChunkK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
   const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
   cudaLaunchConfig_t lc{};
@@ -474,8 +476,7 @@ void launch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmCo
   overlap.val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = &overlap;
   lc.numAttrs = cfg.overlap_previous ? 1 : 0;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>, p, w, make_maps<P, kBlockN>(p, w),
-                                      cfg.blocks));
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_wgmma_gemm_kernel<P, kBlockN>, p, w, maps, cfg.blocks));
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_wgmma_gemm_kernel");
 }
 
@@ -505,14 +506,14 @@ std::string width_list() {
 }
 
 // One launch of a plan check_plan accepted, at a width of kWgmmaWidths.
-void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const Sm90WgmmaGemmConfig& cfg, int sms,
-              cudaStream_t stream) {
+void dispatch(const GroupedGemmPlan& p, const MmaWeights& w, const WgmmaMaps& maps, const Sm90WgmmaGemmConfig& cfg,
+              int sms, cudaStream_t stream) {
   for_each_width([&](auto width) {
     if (cfg.block_n != width.value) return false;
     if (p.projection == Projection::GateUp) {
-      launch<Projection::GateUp, width.value>(p, w, cfg, sms, stream);
+      launch<Projection::GateUp, width.value>(p, w, maps, cfg, sms, stream);
     } else {
-      launch<Projection::Down, width.value>(p, w, cfg, sms, stream);
+      launch<Projection::Down, width.value>(p, w, maps, cfg, sms, stream);
     }
     return true;
   });
@@ -578,14 +579,15 @@ void sm90_nvfp4_wgmma_gemm(const GroupedGemmPlan& p, const MmaWeights& w, const 
   check_plan(p, w);
   // Before any device query: a bad width is a host error even without a GPU.
   NVFP4_CHECK(is_wgmma_width(cfg.block_n), "sm90_nvfp4_wgmma_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
-  dispatch(p, w, cfg, sm_count(), stream);
+  dispatch(p, w, weight_maps(p, w), cfg, sm_count(), stream);
 }
 
 void sm90_nvfp4_wgmma_gemm_split(const GroupedGemmPlan& p, const MmaWeights& w, cudaStream_t stream) {
   check_plan(p, w);
   const int sms = sm_count();
+  const WgmmaMaps maps = weight_maps(p, w);
   for (const int width : kWgmmaWidths)
-    dispatch(p, w, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
+    dispatch(p, w, maps, Sm90WgmmaGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
 }
 
 }  // namespace nvfp4moe::cuda
