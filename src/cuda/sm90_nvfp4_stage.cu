@@ -41,6 +41,17 @@ struct StageRows {
   OperandOrder deq_order;
 };
 
+// The rows a launch stages: *num_rows (the live rows, on the device) capped
+// by rows_max, or rows_max.
+__device__ __forceinline__ int64_t live_rows(const StageRows& a, int64_t rows_max) {
+  return a.num_rows ? (int64_t(*a.num_rows) < rows_max ? int64_t(*a.num_rows) : rows_max) : rows_max;
+}
+
+// g of a row without a per-row scale: its expert's static g, or the one static g.
+__device__ __forceinline__ float static_row_g(const StageRows& a, int64_t row) {
+  return a.static_g_per_expert ? a.static_g_per_expert[a.row_expert[row]] : a.static_g;
+}
+
 __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float* v) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -105,7 +116,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
                                                                        int64_t rows_max) {
   __shared__ float warp_amax[2][kMaxBlocksPerRow / 32];
   extern __shared__ uint32_t kslot_rows[];  // two rows of BF16 pairs in k-slot order (k-slot staging only)
-  const int64_t rows = a.num_rows ? (int64_t(*a.num_rows) < rows_max ? int64_t(*a.num_rows) : rows_max) : rows_max;
+  const int64_t rows = live_rows(a, rows_max);
   const int kb = int(a.cols / kBlock), b = int(threadIdx.x), lane = b % 32, warp = b / 32;
   const bool live = b < kb;
   const bool kslot = a.deq && a.deq_order.kslot();
@@ -135,7 +146,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[buf][w]);
       g = global_scale_from_amax(r);
     } else {
-      g = a.static_g_per_expert ? a.static_g_per_expert[a.row_expert[row]] : a.static_g;
+      g = static_row_g(a, row);
     }
     if (b == 0) a.g_out[row] = g;
 
@@ -241,7 +252,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
 
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, kb = int(a.cols / kBlock);
   const uint32_t row_bytes = uint32_t(a.cols) * kElem;
-  const int64_t rows = a.num_rows ? (int64_t(*a.num_rows) < rows_max ? int64_t(*a.num_rows) : rows_max) : rows_max;
+  const int64_t rows = live_rows(a, rows_max);
   const bool kslot = a.deq_order.kslot();
 
   if (tid == 0) {
@@ -266,8 +277,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++it) {
     const uint32_t s = it % kStages;
     uint8_t* in = stage_rows + s * row_bytes;
-    float g = a.static_g;
-    if (!a.per_row && a.static_g_per_expert) g = a.static_g_per_expert[a.row_expert[row]];
+    float g = a.per_row ? 0.0f : static_row_g(a, row);  // per row: set from the row's maximum below
     ptx::mbarrier_wait_parity(ptx::smem_addr(&full_[s]), (it / kStages) & 1u);
 
     // 1. The maxima of this thread's blocks and of the row (NaN-propagating).
