@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/block_scale.cuh"
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm90_tma.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
@@ -149,14 +150,15 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       g = static_row_g(a, row);
     }
     if (b == 0) a.g_out[row] = g;
+    const float rg = reciprocal_rn(g);
 
     uint32_t* kslot_row = kslot_rows + buf * (a.cols / 2);
     if (live) {
       // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d)
-      // (quantize_block_codes: the same bytes without a division per element).
-      const uint8_t s = block_scale_byte(amax, g);
-      const float d = block_dequant_factor(s, g);
-      const float sv = e4m3_value(s);
+      // (block_scale and quantize_block_codes: the same bytes without a division per element).
+      const BlockScale bs = block_scale(amax, g, rg);
+      const uint8_t s = bs.byte;
+      const float sv = bs.value, d = sv * g;  // block_dequant_factor(s, g)
       uint32_t o[8];  // the QDQ values value(q) * f32(s) as BF16 pairs: exact (spec section 2)
       if (a.codes) {
         uint32_t w[2];
@@ -217,6 +219,36 @@ __device__ __forceinline__ void load_block_shared(const uint8_t* row, int b, flo
 #pragma unroll
   for (int i = 0; i < (kBf16 ? 2 : 4); ++i) r.u[i] = p[i];
   unpack_block(r, v);
+}
+
+// max |x| of block b of a shared row (NaN-propagating, as abs_max_nan). BF16
+// rows take it on packed pairs — one mask and one max.NaN.bf16x2 per two
+// values instead of two unpacks and two FP32 maxima; the maximum of BF16
+// values is a BF16 value, so widening it afterwards is exact.
+template <bool kBf16>
+__device__ __forceinline__ float block_abs_max_shared(const uint8_t* row, int b) {
+  if constexpr (kBf16) {
+    const uint4* p = reinterpret_cast<const uint4*>(row + size_t(b) * kBlock * 2);
+    const uint4 u[2] = {p[0], p[1]};
+    __nv_bfloat162 m = __floats2bfloat162_rn(0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t a = w[j] & 0x7fff7fffu;
+        m = __hmax2_nan(m, *reinterpret_cast<const __nv_bfloat162*>(&a));
+      }
+    }
+    return abs_max_nan(__low2float(m), __high2float(m));
+  } else {
+    float v[kBlock];
+    load_block_shared<false>(row, b, v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) amax = abs_max_nan(amax, v[j]);
+    return amax;
+  }
 }
 
 // Where 16-byte unit u (0..7) of 64-column chunk c goes while a chunk's
@@ -283,11 +315,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
     // 1. The maxima of this thread's blocks and of the row (NaN-propagating).
     float m = 0.0f;
     for (int b = tid; b < kb; b += int(blockDim.x)) {
-      float v[kBlock];
-      load_block_shared<kBf16>(in, b, v);
-      float amax = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBlock; ++j) amax = abs_max_nan(amax, v[j]);
+      const float amax = block_abs_max_shared<kBf16>(in, b);
       block_amax[b] = amax;
       m = abs_max_nan(m, amax);
     }
@@ -302,6 +330,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
       g = global_scale_from_amax(r);
     }
     if (tid == 0) a.g_out[row] = g;
+    const float rg = reciprocal_rn(g);
 
     // 2. Each block: spec section 2 in order (s_b, d_b, then the QDQ values), as BF16 pairs.
     __nv_bfloat16* out = a.deq + row * a.deq_ld;
@@ -313,8 +342,8 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
         float v[kBlock], val[kBlock];
         load_block_shared<kBf16>(in, b, v);
         const float amax = block_amax[b];
-        const uint8_t sb = block_scale_byte(amax, g);
-        quantize_block_values(v, amax, block_dequant_factor(sb, g), e4m3_value(sb), val);
+        const BlockScale bs = block_scale(amax, g, rg);
+        quantize_block_values(v, amax, bs.value * g, bs.value, val);  // d = block_dequant_factor(s_b, g)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * j], val[2 * j + 1]);

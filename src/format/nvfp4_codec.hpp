@@ -12,6 +12,7 @@
 //     scale g, NOT block_amax. g = amax/(6*448) in the dequant direction.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -213,6 +214,22 @@ NVFP4_HD float quotient_rn(float x, float d, float y) {
   return fma_rn(r, y, q);
 }
 
+// RN(1 / 6), the reciprocal that quotient_rn needs for the block scale's first division.
+constexpr float kRecip6 = 0x1.555556p-3f;
+
+// The quotient (amax_b / 6) / g of block_scale_byte without its two IEEE
+// divisions: two quotient_rn, given rg = reciprocal_rn(g) (once per row).
+// Returns false, and leaves q alone, when amax_b, g or amax_b / 6 is outside
+// quotient_rn's domain (NaN, Inf, tiny or huge: the caller then takes
+// block_scale_byte); a NaN or Inf g always falls back.
+NVFP4_HD bool block_scale_quotient(float amax_b, float g, float rg, float& q) {
+  if (!fast_quotient_block_ok(amax_b, kE2M1Max) || !fast_quotient_element_ok(amax_b)) return false;
+  const float t = quotient_rn(amax_b, kE2M1Max, kRecip6);
+  if (!fast_quotient_block_ok(t, g) || !fast_quotient_element_ok(t)) return false;
+  q = quotient_rn(t, g, rg);
+  return true;
+}
+
 // The FP32 magnitude bits a rounded half to even at mantissa bit 22 (one
 // mantissa bit kept; the low 22 bits are garbage): E2M1's grid for |v| >= 1.
 NVFP4_HD uint32_t round_to_one_mantissa_bit(uint32_t a) { return a + 0x1fffffu + ((a >> 22) & 1u); }
@@ -230,13 +247,16 @@ NVFP4_HD uint8_t e2m1_from_finite(float v) {
 }
 
 // value(e2m1_from_finite(v)) without forming the code (same rounding, same
-// sign rule: -0 for tiny negatives, +0 for -0): |v| >= 1 keeps one mantissa
-// bit of the FP32, saturating at 6; |v| < 1 is RN(2|v|) / 2.
+// sign rule: -0 for tiny negatives, +0 for -0). E2M1's grid is 0.5 below 2,
+// 1 in [2, 4) and 2 in [4, 8): adding and subtracting c = 2^22 * 2^e (2^e the
+// binade of max(|v|, 1)) rounds |v| to that grid, half to even, in FP32 —
+// the even grid point is the even code. |v| is first capped at 8 (anything
+// above 5 ends at 6) so that c stays finite. 8 operations instead of ~13.
 NVFP4_HD float e2m1_round_finite(float v) {
-  const uint32_t a = float_to_bits(v) & 0x7fffffffu;
-  const float above = bits_to_float(round_to_one_mantissa_bit(a) & 0xffc00000u);
-  const float below = (bits_to_float(a) * 2.0f + 8388608.0f - 8388608.0f) * 0.5f;
-  const float mag = a < 0x3f800000u ? below : (above < 6.0f ? above : 6.0f);
+  const float a = fminf(fabsf(v), 8.0f);  // |-0| = +0: the sign comes from v < 0 below
+  const float c = bits_to_float(float_to_bits(fmaxf(a, 1.0f)) & 0x7f800000u);
+  const float r = fma_rn(c, -0x1p22f, fma_rn(c, 0x1p22f, a));  // both products exact, one rounding each
+  const float mag = fminf(r, kE2M1Max);
   return v < 0.0f ? -mag : mag;
 }
 

@@ -128,6 +128,54 @@ TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
   EXPECT_FALSE(fast_quotient_element_ok(1e-45f));  // subnormal
 }
 
+TEST(FastQuantize, ReciprocalOfSixIsCorrectlyRounded) {
+  EXPECT_EQ(float_to_bits(kRecip6), float_to_bits(reciprocal_rn(6.0f)));
+  EXPECT_EQ(float_to_bits(kRecip6), 0x3e2aaaabu);
+}
+
+// block_scale_quotient == (amax_b / 6) / g bit for bit wherever it accepts,
+// so its E4M3 byte is block_scale_byte's; it accepts every block of a sane
+// row (amax_b in [2^-55, 2^55], g as a row maximum / 2688 makes it) and
+// refuses NaN, Inf, tiny and huge amax_b or g.
+TEST(FastQuantize, BlockScaleQuotientIsTheTwoDivisions) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  int64_t bad = 0, accepted = 0;
+  constexpr int kIters = 2000000;
+  for (int i = 0; i < kIters; ++i) {
+    const float row_amax = std::ldexp(1.0f + float(rng.uniform()), int(rng.below(120)) - 60);
+    const float g = rng.below(4) ? global_scale_from_amax(row_amax) : std::ldexp(1.0f + float(rng.uniform()), int(rng.below(240)) - 120);
+    // A block maximum at or below the row's, or an E2M1-scale boundary times g (ties of the E4M3 rounding).
+    float amax = rng.below(2) ? row_amax * float(rng.uniform()) : std::ldexp(float(1 + rng.below(16)), -4) * 6.0f * g;
+    if (!is_finite(amax)) continue;
+    float q = -1.0f;
+    if (!block_scale_quotient(amax, g, reciprocal_rn(g), q)) {
+      if (amax >= 0x1p-55f && amax <= 0x1p55f && g >= 0x1p-55f && g <= 0x1p55f && amax / 6.0f <= g * 0x1p55f &&
+          ++bad <= 5)
+        ADD_FAILURE() << std::hexfloat << "refused amax=" << amax << " g=" << g;
+      continue;
+    }
+    ++accepted;
+    const float want = (amax / kE2M1Max) / g;
+    if (float_to_bits(q) != float_to_bits(want) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": got " << q << ", want " << want;
+    if (e4m3_from_float(q) != block_scale_byte(amax, g) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": byte differs";
+  }
+  EXPECT_GT(accepted, kIters / 2);
+  EXPECT_EQ(bad, 0);
+  float q = 0.0f;
+  EXPECT_TRUE(block_scale_quotient(0.0f, 1.0f, 1.0f, q));  // an all-zero block: byte 0
+  EXPECT_EQ(q, 0.0f);
+  EXPECT_FALSE(block_scale_quotient(std::nanf(""), 1.0f, 1.0f, q));
+  EXPECT_FALSE(block_scale_quotient(INFINITY, 1.0f, 1.0f, q));
+  EXPECT_FALSE(block_scale_quotient(1.0f, std::nanf(""), std::nanf(""), q));
+  EXPECT_FALSE(block_scale_quotient(1.0f, INFINITY, 0.0f, q));
+  EXPECT_FALSE(block_scale_quotient(0x1p-70f, 1.0f, 1.0f, q));  // tiny block maximum
+  EXPECT_FALSE(block_scale_quotient(1.0f, 0x1p-70f, 0x1p70f, q));  // tiny g
+}
+
 // Whole blocks: quantize_block_codes == quantize_element per element and
 // quantize_block_values == its value times f32(s), on
 // blocks that take the fast path, blocks that fall back (a tiny element, NaN,

@@ -39,6 +39,15 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2_to_f16x2(uint16_t pair) {
   return d;
 }
 
+// FP32 -> UE4M3 bit pattern, round to nearest even, finite values beyond 448
+// saturating to 448 (0x7E). Infinities saturate too, so callers keep them
+// away (e4m3_from_float maps them to NaN).
+__device__ __forceinline__ uint8_t cvt_e4m3_from_f32_satfinite(float v) {
+  uint16_t d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(0.0f), "f"(v));  // v -> the low byte
+  return uint8_t(d & 0xffu);
+}
+
 // Two FP32 values -> BF16x2 (hi in the upper half), round to nearest even.
 __device__ __forceinline__ uint32_t cvt_bf16x2_from_f32(float hi, float lo) {
   uint32_t d;

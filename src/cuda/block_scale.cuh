@@ -1,0 +1,37 @@
+// The block scale of spec section 2 on the device: s_b = e4m3((amax_b / 6) / g)
+// and f32(s_b), the bytes and values block_scale_byte and e4m3_value give,
+// without their IEEE divisions and branchy software E4M3 codec where the
+// fast path's domain allows (block_scale_quotient, then the hardware FP8
+// conversions). The staging kernels call it once per 16 values; it was ~140
+// of their ~650 instructions per block (bench/NOTES.md, session 6).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/ptx/sm90_ld_cvt.cuh"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::cuda {
+
+struct BlockScale {
+  uint8_t byte;  // s_b, the UE4M3 bit pattern
+  float value;   // f32(s_b)
+};
+
+// rg = fmt::reciprocal_rn(g), computed once per row.
+__device__ __forceinline__ BlockScale block_scale(float amax_b, float g, float rg) {
+  float q;
+  if (fmt::block_scale_quotient(amax_b, g, rg, q)) {
+    // q is finite and >= 0: RN with saturation at 448 is e4m3_from_float;
+    // the byte is then <= 0x7E and its FP16 value exact.
+    const uint8_t b = ptx::cvt_e4m3_from_f32_satfinite(q);
+    const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(b);
+    return {b, __half2float(__ushort_as_half(uint16_t(h2 & 0xffffu)))};
+  }
+  const uint8_t b = fmt::block_scale_byte(amax_b, g);
+  return {b, fmt::e4m3_value(b)};
+}
+
+}  // namespace nvfp4moe::cuda
