@@ -248,10 +248,11 @@ NVFP4_HD uint8_t e2m1_from_finite(float v) {
 
 // value(e2m1_from_finite(v)) without forming the code (same rounding, same
 // sign rule: -0 for tiny negatives, +0 for -0). E2M1's grid is 0.5 below 2,
-// 1 in [2, 4) and 2 in [4, 8): adding and subtracting c = 2^22 * 2^e (2^e the
-// binade of max(|v|, 1)) rounds |v| to that grid, half to even, in FP32 —
-// the even grid point is the even code. |v| is first capped at 8 (anything
-// above 5 ends at 6) so that c stays finite. 8 operations instead of ~13.
+// 1 in [2, 4) and 2 in [4, 8): adding and subtracting 2^22 * c (c the
+// power of two of max(|v|, 1)'s binade) rounds |v| to that grid, half to
+// even, in FP32 — the even grid point is the even code. |v| is first capped
+// at 8 (anything above 5 ends at 6) so that c stays small. 8 operations
+// instead of ~13.
 NVFP4_HD float e2m1_round_finite(float v) {
   const float a = fminf(fabsf(v), 8.0f);  // |-0| = +0: the sign comes from v < 0 below
   const float c = bits_to_float(float_to_bits(fmaxf(a, 1.0f)) & 0x7f800000u);
