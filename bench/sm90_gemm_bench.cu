@@ -408,6 +408,47 @@ int main(int argc, char** argv) {
       NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
       NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
 
+      // The same graph with event nodes between its stages: where the graph's
+      // time goes, next to the stages timed one by one above (medians).
+      std::vector<CudaEvent> marks(7);
+      const std::function<void()> stages[6] = {
+          [&] { sm90_nvfp4_group(ga, cs.get()); },          [&] { sm90_nvfp4_stage(qa, cs.get()); },
+          [&] { run_expert_gemm(l1, &m1, choice, cs.get()); }, [&] { sm90_nvfp4_requant(rq, cs.get()); },
+          [&] { run_expert_gemm(l2, &m2, choice, cs.get()); }, [&] { combine_slots(ca, cs.get()); }};
+      NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
+      for (int i = 0; i < 6; ++i) {
+        NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[size_t(i)].get(), cs.get(), cudaEventRecordExternal));
+        stages[i]();
+      }
+      NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[6].get(), cs.get(), cudaEventRecordExternal));  // nodes the host can wait on
+      NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
+      NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      std::vector<std::vector<double>> in_graph(6);
+      for (int rep = 0; rep <= r; ++rep) {  // rep 0: warm-up
+        NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr));
+        NVFP4_CUDA_CHECK(cudaEventSynchronize(marks[6].get()));
+        for (int i = 0; rep > 0 && i < 6; ++i) {
+          float ms = 0;
+          NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[size_t(i)].get(), marks[size_t(i) + 1].get()));
+          in_graph[size_t(i)].push_back(ms * 1e3);
+        }
+      }
+      NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
+      double graph_stage[6];
+      for (int i = 0; i < 6; ++i) {
+        std::sort(in_graph[size_t(i)].begin(), in_graph[size_t(i)].end());
+        graph_stage[i] = in_graph[size_t(i)][in_graph[size_t(i)].size() / 2];
+      }
+      // L1 and L2 launched back to back, 4 of each per timing (no host wait between launches, as in a graph
+      // replay), per launch: whether the GEMMs slow down under sustained load or only inside the graph.
+      const double l1_steady = time_us(r, [&] {
+        for (int i = 0; i < 4; ++i) run_expert_gemm(l1, &m1, choice, nullptr);
+      }) / 4;
+      const double l2_steady = time_us(r, [&] {
+        for (int i = 0; i < 4; ++i) run_expert_gemm(l2, &m2, choice, nullptr);
+      }) / 4;
+
       const double nt = double(touched.size());
       const double bytes = nt * (2.0 * kI * kH + double(kH) * kI) * 0.5625;
       const double mem_us = bytes / bw * 1e6;
@@ -422,6 +463,9 @@ int main(int argc, char** argv) {
                   (long long)T, (long long)P, int(touched.size()), cfgs, st.l1, st.l2, gemm, floor_us,
                   100.0 * floor_us / gemm, simple_l1 + simple_l2, run_simple ? (simple_l1 + simple_l2) / gemm : 0.0,
                   fast_quant, graph_us, 100.0 * stage_frac);
+      std::printf("     in the graph us: group %.1f stage %.1f L1 %.1f requant %.1f L2 %.1f combine %.1f | back to back: L1 %.1f L2 %.1f\n",
+                  graph_stage[0], graph_stage[1], graph_stage[2], graph_stage[3], graph_stage[4], graph_stage[5],
+                  l1_steady, l2_steady);
       std::printf("     stages us: group %.1f (fast %.1f) quant %.1f (fast %.1f) L1 %.1f requant %.1f (fast %.1f) L2 %.1f combine %.1f | "
                   "sweep (us; decode configurations L1+L2) %s\n",
                   st.group, fast_group, st.quant, fast_quant, st.l1, st.requant, fast_requant, st.l2, st.combine, sweep.c_str());
