@@ -56,5 +56,5 @@ for i in "${!VARIANTS[@]}"; do
 done
 for i in "${!VARIANTS[@]}"; do
   echo "== variant $i: ${VARIANTS[$i]}"
-  grep -E "^(EP|     stages)" "$OUT/ab_$i.log" | sed -E 's/ +stages us:.*\| sweep/   sweep/'
+  grep -E "^(EP|     stages|     in the graph)" "$OUT/ab_$i.log" | sed -E 's/ +stages us:.*\| sweep/   sweep/'
 done
