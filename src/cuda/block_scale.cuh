@@ -1,5 +1,6 @@
-// The block scale of spec section 2 on the device: s_b = e4m3((amax_b / 6) / g)
-// and f32(s_b), the bytes and values block_scale_byte and e4m3_value give,
+// The block scale of spec section 2 on the device: s_b = e4m3((amax_b / 6) / g),
+// f32(s_b) and d_b = f32(s_b) * g, the bytes and values block_scale_byte,
+// e4m3_value and block_dequant_factor give,
 // without their IEEE divisions and branchy software E4M3 codec where the
 // fast path's domain allows (block_scale_quotient, then the hardware FP8
 // conversions). The staging kernels call it once per 16 values; it was ~140
@@ -18,6 +19,7 @@ namespace nvfp4moe::cuda {
 struct BlockScale {
   uint8_t byte;  // s_b, the UE4M3 bit pattern
   float value;   // f32(s_b)
+  float d;       // d_b = f32(s_b) * g, the block's dequant factor
 };
 
 // rg = fmt::reciprocal_rn(g), computed once per row.
@@ -28,10 +30,11 @@ __device__ __forceinline__ BlockScale block_scale(float amax_b, float g, float r
     // the byte is then <= 0x7E and its FP16 value exact.
     const uint8_t b = ptx::cvt_e4m3_from_f32_satfinite(q);
     const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(b);
-    return {b, __half2float(__ushort_as_half(uint16_t(h2 & 0xffffu)))};
+    const float v = __half2float(__ushort_as_half(uint16_t(h2 & 0xffffu)));
+    return {b, v, v * g};
   }
   const uint8_t b = fmt::block_scale_byte(amax_b, g);
-  return {b, fmt::e4m3_value(b)};
+  return {b, fmt::e4m3_value(b), fmt::block_dequant_factor(b, g)};
 }
 
 }  // namespace nvfp4moe::cuda

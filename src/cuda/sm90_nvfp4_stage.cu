@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       // (block_scale and quantize_block_codes: the same bytes without a division per element).
       const BlockScale bs = block_scale(amax, g, rg);
       const uint8_t s = bs.byte;
-      const float sv = bs.value, d = sv * g;  // block_dequant_factor(s, g)
+      const float sv = bs.value, d = bs.d;
       uint32_t o[8];  // the QDQ values value(q) * f32(s) as BF16 pairs: exact (spec section 2)
       if (a.codes) {
         uint32_t w[2];
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
         load_block_shared<kBf16>(in, b, v);
         const float amax = block_amax[b];
         const BlockScale bs = block_scale(amax, g, rg);
-        quantize_block_values(v, amax, bs.value * g, bs.value, val);  // d = block_dequant_factor(s_b, g)
+        quantize_block_values(v, amax, bs.d, bs.value, val);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * j], val[2 * j + 1]);
