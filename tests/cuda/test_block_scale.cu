@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/block_scale_cases.hpp"
 #include "common/test_util.hpp"
 #include "cuda/block_scale.cuh"
 #include "cuda/cuda_check.hpp"
@@ -46,12 +47,13 @@ __global__ void e4m3_decode_all(Mismatches* out) {
   }
 }
 
-__global__ void block_scales(const float* amax, const float* g, int n, uint8_t* bytes, float* values) {
+__global__ void block_scales(const float* amax, const float* g, int n, uint8_t* bytes, float* values, float* ds) {
   const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
   const BlockScale s = block_scale(amax[i], g[i], fmt::reciprocal_rn(g[i]));
   bytes[i] = s.byte;
   values[i] = s.value;
+  ds[i] = s.d;
 }
 
 Mismatches run_check(void (*kernel)(Mismatches*), unsigned grid, unsigned block) {
@@ -78,9 +80,10 @@ TEST(BlockScale, HardwareE4M3DecodeIsE4M3Value) {
   EXPECT_EQ(m.count, 0u) << "first at byte 0x" << std::hex << m.first;
 }
 
-// Byte and value equal block_scale_byte and e4m3_value, bit for bit, on
-// blocks of dynamic-like and static g, E4M3 rounding ties, zero blocks and
-// the fallbacks (NaN, Inf, tiny and huge maxima or g).
+// Byte, value and d equal block_scale_byte, e4m3_value and
+// block_dequant_factor, bit for bit, on blocks of dynamic-like and static g,
+// E4M3 rounding ties, zero blocks and the fallbacks (NaN, Inf, tiny and huge
+// maxima or g).
 TEST(BlockScale, EqualsTheSpecsTwoDivisionsAndSoftwareCodec) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
@@ -88,14 +91,9 @@ TEST(BlockScale, EqualsTheSpecsTwoDivisionsAndSoftwareCodec) {
   test::Rng rng(seed);
   std::vector<float> amax, g;
   for (int i = 0; i < 1 << 20; ++i) {
-    const float row_amax = std::ldexp(1.0f + float(rng.uniform()), int(rng.below(120)) - 60);
-    const float gi = rng.below(4) ? fmt::global_scale_from_amax(row_amax)
-                                  : std::ldexp(1.0f + float(rng.uniform()), int(rng.below(240)) - 120);
-    float a = rng.below(2) ? row_amax * float(rng.uniform())
-                           : std::ldexp(float(1 + rng.below(64)), -5) * 6.0f * gi;  // E4M3 ties and their neighbours
-    if (rng.below(4) == 0) a = std::nextafter(a, rng.below(2) ? INFINITY : 0.0f);
-    amax.push_back(a);
-    g.push_back(gi);
+    const test::BlockScaleCase c = test::random_block_scale_case(rng);
+    amax.push_back(c.amax);
+    g.push_back(c.g);
   }
   const float specials[][2] = {{0.0f, 1.0f},      {NAN, 1.0f},       {INFINITY, 1.0f}, {1.0f, NAN},
                                {1.0f, INFINITY},  {0x1p-70f, 1.0f},  {1.0f, 0x1p-70f}, {0x1p100f, 1.0f},
@@ -105,26 +103,27 @@ TEST(BlockScale, EqualsTheSpecsTwoDivisionsAndSoftwareCodec) {
     g.push_back(s[1]);
   }
   const int n = int(amax.size());
-  DeviceBuffer<float> d_amax(n), d_g(n), d_values(n);
+  DeviceBuffer<float> d_amax(n), d_g(n), d_values(n), d_ds(n);
   DeviceBuffer<uint8_t> d_bytes(n);
   d_amax.upload(amax.data(), n);
   d_g.upload(g.data(), n);
-  block_scales<<<(n + 255) / 256, 256>>>(d_amax.get(), d_g.get(), n, d_bytes.get(), d_values.get());
+  block_scales<<<(n + 255) / 256, 256>>>(d_amax.get(), d_g.get(), n, d_bytes.get(), d_values.get(), d_ds.get());
   NVFP4_CUDA_CHECK(cudaGetLastError());
   std::vector<uint8_t> bytes(n);
-  std::vector<float> values(n);
+  std::vector<float> values(n), ds(n);
   d_bytes.download(bytes.data(), n);
   d_values.download(values.data(), n);
+  d_ds.download(ds.data(), n);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   int64_t bad = 0;
   for (int i = 0; i < n; ++i) {
     const uint8_t want = fmt::block_scale_byte(amax[i], g[i]);
-    const float want_value = fmt::e4m3_value(want);
-    const bool value_ok = fmt::float_to_bits(values[i]) == fmt::float_to_bits(want_value) ||
-                          (std::isnan(values[i]) && std::isnan(want_value));
-    if ((bytes[i] != want || !value_ok) && ++bad <= 5)
+    const float want_value = fmt::e4m3_value(want), want_d = fmt::block_dequant_factor(want, g[i]);
+    auto same = [](float a, float b) { return fmt::float_to_bits(a) == fmt::float_to_bits(b) || (std::isnan(a) && std::isnan(b)); };
+    if ((bytes[i] != want || !same(values[i], want_value) || !same(ds[i], want_d)) && ++bad <= 5)
       ADD_FAILURE() << std::hexfloat << "amax=" << amax[i] << " g=" << g[i] << ": byte 0x" << std::hex
-                    << int(bytes[i]) << " value " << values[i] << ", want 0x" << int(want) << " " << want_value;
+                    << int(bytes[i]) << " value " << values[i] << " d " << ds[i] << ", want 0x" << int(want) << " "
+                    << want_value << " " << want_d;
   }
   EXPECT_EQ(bad, 0);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/block_scale_cases.hpp"
 #include "common/test_util.hpp"
 #include "format/nvfp4_codec.hpp"
 
@@ -144,10 +145,7 @@ TEST(FastQuantize, BlockScaleQuotientIsTheTwoDivisions) {
   int64_t bad = 0, accepted = 0;
   constexpr int kIters = 2000000;
   for (int i = 0; i < kIters; ++i) {
-    const float row_amax = std::ldexp(1.0f + float(rng.uniform()), int(rng.below(120)) - 60);
-    const float g = rng.below(4) ? global_scale_from_amax(row_amax) : std::ldexp(1.0f + float(rng.uniform()), int(rng.below(240)) - 120);
-    // A block maximum at or below the row's, or an E2M1-scale boundary times g (ties of the E4M3 rounding).
-    float amax = rng.below(2) ? row_amax * float(rng.uniform()) : std::ldexp(float(1 + rng.below(16)), -4) * 6.0f * g;
+    const auto [amax, g] = test::random_block_scale_case(rng);
     if (!is_finite(amax)) continue;
     float q = -1.0f;
     if (!block_scale_quotient(amax, g, reciprocal_rn(g), q)) {
