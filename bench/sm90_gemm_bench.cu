@@ -86,6 +86,12 @@ void fill(uint8_t* p, size_t n, uint64_t seed, int lo = 0, int span = 0) {
   NVFP4_CUDA_CHECK_LAUNCH("fill_bytes");
 }
 
+// The middle value of t (the upper one of an even count).
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Median time (us) of `reps` runs of fn between two events.
 double time_us(int reps, const std::function<void()>& fn) {
   CudaEvent a, b;
@@ -100,8 +106,7 @@ double time_us(int reps, const std::function<void()>& fn) {
     NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
     t.push_back(ms * 1e3);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 double measure_read_bw() {
@@ -391,55 +396,50 @@ int main(int argc, char** argv) {
       }
 
       // The whole routed path as one graph (no host sync inside: capturable),
-      // with the backend's GEMM choice.
+      // with the backend's GEMM choice: timed as it is, then with event nodes
+      // between its stages (where the graph's time goes, next to the stages
+      // timed one by one above; medians).
       CudaStream cs;
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
-      sm90_nvfp4_group(ga, cs.get());
-      sm90_nvfp4_stage(qa, cs.get());
-      run_expert_gemm(l1, &m1, choice, cs.get());
-      sm90_nvfp4_requant(rq, cs.get());
-      run_expert_gemm(l2, &m2, choice, cs.get());
-      combine_slots(ca, cs.get());
-      NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
-      NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double graph_us = time_us(r, [&] { NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); });
-      NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
-
-      // The same graph with event nodes between its stages: where the graph's
-      // time goes, next to the stages timed one by one above (medians).
-      std::vector<CudaEvent> marks(7);
       const std::function<void()> stages[6] = {
           [&] { sm90_nvfp4_group(ga, cs.get()); },          [&] { sm90_nvfp4_stage(qa, cs.get()); },
           [&] { run_expert_gemm(l1, &m1, choice, cs.get()); }, [&] { sm90_nvfp4_requant(rq, cs.get()); },
           [&] { run_expert_gemm(l2, &m2, choice, cs.get()); }, [&] { combine_slots(ca, cs.get()); }};
-      NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < 6; ++i) {
-        NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[size_t(i)].get(), cs.get(), cudaEventRecordExternal));
-        stages[i]();
-      }
-      NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[6].get(), cs.get(), cudaEventRecordExternal));  // nodes the host can wait on
-      NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
-      NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      std::vector<CudaEvent> marks(7);
+      // The graph of the six stages, with an event record node (one the host can wait on) before each and after the last.
+      auto capture = [&](bool with_marks) {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        auto mark = [&](size_t i) {
+          if (with_marks) NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[i].get(), cs.get(), cudaEventRecordExternal));
+        };
+        NVFP4_CUDA_CHECK(cudaStreamBeginCapture(cs.get(), cudaStreamCaptureModeGlobal));
+        for (size_t i = 0; i < 6; ++i) {
+          mark(i);
+          stages[i]();
+        }
+        mark(6);
+        NVFP4_CUDA_CHECK(cudaStreamEndCapture(cs.get(), &graph));
+        NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
+        return exec;
+      };
+      cudaGraphExec_t exec = capture(false);
+      const double graph_us = time_us(r, [&] { NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); });
+      NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      exec = capture(true);
       std::vector<std::vector<double>> in_graph(6);
       for (int rep = 0; rep <= r; ++rep) {  // rep 0: warm-up
         NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr));
         NVFP4_CUDA_CHECK(cudaEventSynchronize(marks[6].get()));
-        for (int i = 0; rep > 0 && i < 6; ++i) {
+        for (size_t i = 0; rep > 0 && i < 6; ++i) {
           float ms = 0;
-          NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[size_t(i)].get(), marks[size_t(i) + 1].get()));
-          in_graph[size_t(i)].push_back(ms * 1e3);
+          NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i].get(), marks[i + 1].get()));
+          in_graph[i].push_back(ms * 1e3);
         }
       }
       NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
       double graph_stage[6];
-      for (int i = 0; i < 6; ++i) {
-        std::sort(in_graph[size_t(i)].begin(), in_graph[size_t(i)].end());
-        graph_stage[i] = in_graph[size_t(i)][in_graph[size_t(i)].size() / 2];
-      }
+      for (size_t i = 0; i < 6; ++i) graph_stage[i] = median(in_graph[i]);
       // L1 and L2 launched back to back, 4 of each per timing (no host wait between launches, as in a graph
       // replay), per launch: whether the GEMMs slow down under sustained load or only inside the graph.
       const double l1_steady = time_us(r, [&] {
