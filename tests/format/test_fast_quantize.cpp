@@ -172,6 +172,9 @@ TEST(FastQuantize, BlockScaleQuotientIsTheTwoDivisions) {
   EXPECT_FALSE(block_scale_quotient(1.0f, INFINITY, 0.0f, q));
   EXPECT_FALSE(block_scale_quotient(0x1p-70f, 1.0f, 1.0f, q));  // tiny block maximum
   EXPECT_FALSE(block_scale_quotient(1.0f, 0x1p-70f, 0x1p70f, q));  // tiny g
+  EXPECT_FALSE(block_scale_quotient(0x1p100f, 1.0f, 1.0f, q));     // huge block maximum
+  EXPECT_FALSE(block_scale_quotient(1.0f, 0x1p70f, 0x1p-70f, q));  // huge g
+  EXPECT_FALSE(block_scale_quotient(0x1p-58f, 0x1p-59f, 0x1p59f, q));  // amax / 6 tiny, though amax and g are not
 }
 
 // Whole blocks: quantize_block_codes == quantize_element per element and
