@@ -257,8 +257,9 @@ struct OperandCase {
 };
 
 // Single rows (one thread per block) and more rows than fit on the GPU at
-// once (128-thread CTAs, each through both stages several times), logical
-// and k-slot order, a zero tail, NaN / Inf / zero / tiny rows.
+// once (128-thread CTAs, each through both stages several times; K=8192:
+// every thread quantizes 4 blocks a row), logical and k-slot order, a zero
+// tail, NaN / Inf / zero / tiny rows.
 TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const OperandCase cases[] = {
@@ -269,6 +270,8 @@ TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
       {true, 3000, 7168, false, false, "many rows, logical, static g"},
       {false, 2000, 3072, true, true, "FP32 rows, k-slot"},
       {false, 300, 1024, false, false, "FP32 rows, logical, static g"},
+      {true, 1000, 8192, true, true, "K=8192: every thread holds four blocks"},
+      {false, 1000, 7168, true, true, "FP32 K=7168: 28 KB rows, 3.5 blocks a thread"},
   };
   for (const OperandCase& oc : cases) {
     const uint64_t seed = test::fresh_seed();
