@@ -1,4 +1,5 @@
 // Combine and element-wise kernels (see combine.hpp).
+#include <algorithm>
 #include <cstdint>
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
@@ -27,21 +28,22 @@ __global__ void combine_ref_kernel(CombineArgs a) {
   a.y[t * a.hidden + n] = __float2bfloat16_rn(sum);
 }
 
-// One CTA per token, 4 columns per thread and step. The slots' live flags are
-// read once per thread, into a bit mask; then the loads of up to kSlotBatch
-// slots are issued together (predicated, independent) before they are summed
-// in slot order, so each thread has many loads in flight instead of a chain of
-// flag -> row loads per slot (the reference kernel's latency bound). Same
-// sums, same order, same rounding as combine_ref_kernel.
+// CTA (t, s) sums token t's columns 4 c for c = s * kThreads + tid, stepping
+// by gridDim.y * kThreads, 4 columns per thread and step. The slots' live
+// flags are read once per thread, into a bit mask; then the loads of up to
+// kSlotBatch slots are issued together (predicated, independent) before they
+// are summed in slot order, so each thread has many loads in flight instead
+// of a chain of flag -> row loads per slot (the reference kernel's latency
+// bound). Same sums, same order, same rounding as combine_ref_kernel.
 __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
   const int64_t t = blockIdx.x;
-  const int64_t cols4 = a.hidden / 4;
+  const int64_t cols4 = a.hidden / 4, step = int64_t(gridDim.y) * kThreads;
   const float4* yp = reinterpret_cast<const float4*>(a.y_pair) + t * a.top_k * cols4;
   const float4* sh = a.shared ? reinterpret_cast<const float4*>(a.shared) + t * cols4 : nullptr;
   uint2* out = reinterpret_cast<uint2*>(a.y + t * a.hidden);
   uint64_t live_slots = 0;  // bit j: slot j computed here
   for (int j = 0; j < a.top_k; ++j) live_slots |= uint64_t(a.pos_of_pair[t * a.top_k + j] >= 0) << j;
-  for (int64_t c = threadIdx.x; c < cols4; c += kThreads) {
+  for (int64_t c = int64_t(blockIdx.y) * kThreads + threadIdx.x; c < cols4; c += step) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int j0 = 0; j0 < a.top_k; j0 += kSlotBatch) {
       float4 v[kSlotBatch];
@@ -109,7 +111,13 @@ void combine_slots(const CombineArgs& a, cudaStream_t stream) {
               " must be positive");
   if (!combine_vectorized(a)) return combine_slots_ref(a, stream);
   NVFP4_CHECK(a.tokens <= int64_t(INT32_MAX), "combine_slots: token count ", a.tokens, " above the grid limit");
-  combine_kernel<<<unsigned(a.tokens), kThreads, 0, stream>>>(a);
+  // NOTES (bench/NOTES.md, session 8): with one CTA per token, a decode
+  // batch's few CTAs walked H / 1024 column steps one load round trip after
+  // another (7 at H = 7168: 7.5 us at T = 1); few tokens split their columns
+  // over CTAs until there are about two per SM.
+  const int64_t steps = ceil_div(a.hidden / 4, kThreads);
+  const int64_t splits = std::max<int64_t>(1, std::min(steps, ceil_div(2 * sm_count(), a.tokens)));
+  combine_kernel<<<dim3(unsigned(a.tokens), unsigned(splits)), kThreads, 0, stream>>>(a);
   NVFP4_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 

@@ -104,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CombineShapes,
                                            CombineCase{9, 516, 10, true},     // top_k above the slot batch of 8
                                            CombineCase{4, 1030, 3, true},     // H % 4 != 0: reference path
                                            CombineCase{3, 64, 65, true},      // top_k > 64: reference path
-                                           CombineCase{1, 4, 1, false}),      // one token, one vector
+                                           CombineCase{1, 4, 1, false},       // one token, one vector
+                                           CombineCase{1, 7172, 6, true},     // one token's columns over 8 CTAs, the last partial
+                                           CombineCase{300, 2052, 8, false}), // more tokens than 2 per SM: one CTA a token
                          [](const auto& info) {
                            const CombineCase& c = info.param;
                            return "T" + std::to_string(c.tokens) + "_H" + std::to_string(c.hidden) + "_k" +
