@@ -87,30 +87,75 @@ __global__ void ep_dispatch_count_kernel(Peers peers, SegmentLayout L, int32_t r
   }
 }
 
-// One thread: local experts are few (E/R <= a few hundred). Writes the
-// unclipped first row of each expert (placement) and the clipped offsets the
-// expert compute reads; records kErrCapacity when the pairs do not fit.
+// One warp, 32 local experts at a time (a warp scan of their counts, not one
+// thread walking them all). Writes the unclipped first row of each expert
+// (placement) and the clipped offsets the expert compute reads; records
+// kErrCapacity when the pairs do not fit.
 template <typename Peers>
 __global__ void ep_dispatch_place_kernel(Peers peers, SegmentLayout L, int32_t rank) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  const int lane = int(threadIdx.x);
   char* own = peers.segment(rank);
   const int32_t* count = area<int32_t>(own, L.expert_count);
   int32_t* first = area<int32_t>(own, L.expert_first);
   int32_t* offset = area<int32_t>(own, L.expert_offset);
-  int64_t at = 0;
-  for (int e = 0; e < L.local_experts; ++e) {
-    first[e] = int32_t(at);
-    offset[e] = int32_t(at < L.recv_capacity ? at : L.recv_capacity);
-    at += count[e];
+  const int64_t cap = L.recv_capacity;
+  int64_t base = 0;  // pairs of the experts before this round
+  for (int32_t e0 = 0; e0 < L.local_experts; e0 += 32) {
+    const int32_t e = e0 + lane;
+    const int64_t c = e < L.local_experts ? count[e] : 0;
+    int64_t inc = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t v = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += v;
+    }
+    const int64_t at = base + inc - c;
+    if (e < L.local_experts) {
+      first[e] = int32_t(at);
+      offset[e] = int32_t(at < cap ? at : cap);
+    }
+    base += __shfl_sync(0xffffffffu, inc, 31);
   }
-  offset[L.local_experts] = int32_t(at < L.recv_capacity ? at : L.recv_capacity);
-  *area<int32_t>(own, L.recv_total) = offset[L.local_experts];
-  if (at > L.recv_capacity) record_error(own, L, kErrCapacity);
+  if (lane == 0) {
+    offset[L.local_experts] = int32_t(base < cap ? base : cap);
+    *area<int32_t>(own, L.recv_total) = offset[L.local_experts];
+    if (base > cap) record_error(own, L, kErrCapacity);
+  }
+}
+
+// Copies a thread makes per round in the dispatch and combine phases: their
+// loads are all issued before the first store (or sum), so a thread waits on
+// one round trip per round instead of one per vector (bench/NOTES.md,
+// session 8: one token's chains of round trips were what a decode forward
+// spent in these kernels).
+constexpr int kCopyBatch = 8;
+constexpr int kMaxTopK = 32;  // EpRank checks top_k <= 32
+
+// src[0, n) to the rows dst + rows[j] * stride of the slots j with rows[j] >= 0.
+template <typename T>
+__device__ __forceinline__ void copy_to_rows(const T* src, int64_t n, T* dst, int64_t stride, const int32_t* rows,
+                                             int32_t slots) {
+  for (int64_t v0 = threadIdx.x; v0 < n; v0 += int64_t(kCopyBatch) * blockDim.x) {
+    T a[kCopyBatch];
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i)
+      if (v0 + int64_t(i) * blockDim.x < n) a[i] = src[v0 + int64_t(i) * blockDim.x];
+    for (int32_t j = 0; j < slots; ++j) {
+      const int32_t row = rows[j];
+      if (row < 0) continue;
+#pragma unroll
+      for (int i = 0; i < kCopyBatch; ++i)
+        if (v0 + int64_t(i) * blockDim.x < n) dst[int64_t(row) * stride + v0 + int64_t(i) * blockDim.x] = a[i];
+    }
+  }
 }
 
 // grid (max_tokens, R), one block per token of peer s: copies the token into
-// a receive row for every slot this rank owns. The row within an expert's
-// range depends on arrival order; the values computed for it do not.
+// a receive row for every slot this rank owns. Thread j books slot j's row
+// (all slots at once), then the block reads the token once and writes it to
+// each booked row. The row within an expert's range depends on arrival
+// order; the values computed for it do not.
 template <typename Peers>
 __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t rank) {
   const int32_t src = blockIdx.y;
@@ -119,14 +164,15 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
   char* peer = peers.segment(src);
   if (t >= *area<int32_t>(peer, L.send_count)) return;
   const int32_t epr = L.local_experts;
-  __shared__ int32_t row_of_slot;
-  for (int32_t j = 0; j < L.top_k; ++j) {
+  __shared__ int32_t row_of_slot[kMaxTopK];
+  if (threadIdx.x < L.top_k) {
+    const int32_t j = threadIdx.x;
     const int32_t id = area<int32_t>(peer, L.send_ids)[combine_row(t, j, L.top_k)];
-    if (slot_owner(id, L.experts, epr) != rank) continue;  // uniform across the block
-    const int32_t e = local_expert(id, rank, epr);
-    if (threadIdx.x == 0) {
+    int32_t row = -1;
+    if (slot_owner(id, L.experts, epr) == rank) {
+      const int32_t e = local_expert(id, rank, epr);
       const int32_t n = atomicAdd(area<int32_t>(own, L.expert_cursor) + e, 1);
-      const int32_t row = recv_row_or_drop(area<int32_t>(own, L.expert_first)[e], n, L.recv_capacity);
+      row = recv_row_or_drop(area<int32_t>(own, L.expert_first)[e], n, L.recv_capacity);
       if (row < 0) {
         record_error(own, L, kErrCapacity);
       } else {
@@ -137,28 +183,24 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
         area<float>(own, L.recv_weight)[row] = area<float>(peer, L.send_weights)[combine_row(t, j, L.top_k)];
         area<float>(own, L.recv_g)[row] = area<float>(peer, L.send_g)[t];
       }
-      row_of_slot = row;
     }
-    __syncthreads();
-    const int32_t row = row_of_slot;
-    __syncthreads();
-    if (row < 0) continue;
-    // codes: H/2 bytes = H/16 8-byte words; scales: H/16 bytes
-    const int64_t words = L.hidden / 16;
-    const uint2* cs = area<const uint2>(peer, L.send_codes) + int64_t(t) * words;
-    uint2* cd = area<uint2>(own, L.recv_codes) + int64_t(row) * words;
-    for (int64_t w = threadIdx.x; w < words; w += blockDim.x) cd[w] = cs[w];
-    const uint8_t* ss = area<const uint8_t>(peer, L.send_scales) + int64_t(t) * L.scales_per_token();
-    uint8_t* sd = area<uint8_t>(own, L.recv_scales) + int64_t(row) * L.scales_per_token();
-    for (int64_t b = threadIdx.x; b < L.scales_per_token(); b += blockDim.x) sd[b] = ss[b];
+    row_of_slot[j] = row;
   }
+  __syncthreads();
+  // codes: H/2 bytes = H/16 8-byte words; scales: H/16 bytes
+  const int64_t words = L.hidden / 16;
+  copy_to_rows(area<const uint2>(peer, L.send_codes) + int64_t(t) * words, words, area<uint2>(own, L.recv_codes), words,
+               row_of_slot, L.top_k);
+  copy_to_rows(area<const uint8_t>(peer, L.send_scales) + int64_t(t) * L.scales_per_token(), L.scales_per_token(),
+               area<uint8_t>(own, L.recv_scales), L.scales_per_token(), row_of_slot, L.top_k);
 }
 
 // ---- combine ---------------------------------------------------------------------------
 
 // grid (recv_capacity): receive row p's result (w_j * o_e, FP32, from the
 // expert compute) goes to its token's rank's combine area — as FP32, or
-// rounded to BF16 when the layout says so — then its flag.
+// rounded to BF16 when the layout says so — then its flag. H is a multiple
+// of 16 (whole NVFP4 blocks): H / 4 float4 in, H / 4 float4 or H / 8 uint4 out.
 template <typename Peers>
 __global__ void ep_combine_push_kernel(Peers peers, SegmentLayout L, int32_t rank, const float* pair_out) {
   const int32_t p = blockIdx.x;
@@ -168,35 +210,65 @@ __global__ void ep_combine_push_kernel(Peers peers, SegmentLayout L, int32_t ran
   const int64_t crow = combine_row(area<int32_t>(own, L.recv_token)[p], area<int32_t>(own, L.recv_slot)[p], L.top_k);
   char* home = peers.segment(src);
   const float4* from = reinterpret_cast<const float4*>(pair_out + int64_t(p) * L.hidden);
-  if (L.combine_bytes == 4) {  // H floats = H/4 16-byte vectors (H is a multiple of 16)
-    float4* to = reinterpret_cast<float4*>(area<float>(home, L.combine_rows) + crow * L.hidden);
-    for (int64_t v = threadIdx.x; v < L.hidden / 4; v += blockDim.x) to[v] = from[v];
-  } else {  // 8 floats -> 8 BF16 = one 16-byte store
-    uint4* to = reinterpret_cast<uint4*>(area<__nv_bfloat16>(home, L.combine_rows) + crow * L.hidden);
-    for (int64_t v = threadIdx.x; v < L.hidden / 8; v += blockDim.x) {
-      const float4 a = from[2 * v], b = from[2 * v + 1];
-      const __nv_bfloat162 h0 = __floats2bfloat162_rn(a.x, a.y), h1 = __floats2bfloat162_rn(a.z, a.w),
-                           h2 = __floats2bfloat162_rn(b.x, b.y), h3 = __floats2bfloat162_rn(b.z, b.w);
-      uint4 out;
-      out.x = *reinterpret_cast<const uint32_t*>(&h0);
-      out.y = *reinterpret_cast<const uint32_t*>(&h1);
-      out.z = *reinterpret_cast<const uint32_t*>(&h2);
-      out.w = *reinterpret_cast<const uint32_t*>(&h3);
-      to[v] = out;
+  const bool bf16 = L.combine_bytes != 4;
+  const int64_t n = bf16 ? L.hidden / 8 : L.hidden / 4;  // 16-byte stores of the row
+  float4* to_f32 = reinterpret_cast<float4*>(area<float>(home, L.combine_rows) + crow * L.hidden);
+  uint4* to_bf16 = reinterpret_cast<uint4*>(area<__nv_bfloat16>(home, L.combine_rows) + crow * L.hidden);
+  for (int64_t v0 = threadIdx.x; v0 < n; v0 += int64_t(kCopyBatch) * blockDim.x) {
+    float4 a[kCopyBatch], b[kCopyBatch];
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i) {
+      const int64_t v = v0 + int64_t(i) * blockDim.x;
+      if (v >= n) continue;
+      if (bf16) {  // 8 floats -> 8 BF16 = one 16-byte store
+        a[i] = from[2 * v];
+        b[i] = from[2 * v + 1];
+      } else {
+        a[i] = from[v];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i) {
+      const int64_t v = v0 + int64_t(i) * blockDim.x;
+      if (v >= n) continue;
+      if (bf16) {
+        const __nv_bfloat162 h0 = __floats2bfloat162_rn(a[i].x, a[i].y), h1 = __floats2bfloat162_rn(a[i].z, a[i].w),
+                             h2 = __floats2bfloat162_rn(b[i].x, b[i].y), h3 = __floats2bfloat162_rn(b[i].z, b[i].w);
+        uint4 out;
+        out.x = *reinterpret_cast<const uint32_t*>(&h0);
+        out.y = *reinterpret_cast<const uint32_t*>(&h1);
+        out.z = *reinterpret_cast<const uint32_t*>(&h2);
+        out.w = *reinterpret_cast<const uint32_t*>(&h3);
+        to_bf16[v] = out;
+      } else {
+        to_f32[v] = a[i];
+      }
     }
   }
   if (threadIdx.x == 0) area<int32_t>(home, L.combine_flags)[crow] = 1;
 }
 
-// grid (tokens): y_t = sum over slots in slot order of the combine rows
-// (+ shared expert output, FP32), rounded once to BF16 — the same sum in the
-// same order as the single-GPU combine (src/cuda/combine.cu). A slot routed to an
+// Four consecutive values of combine row `row` (FP32 or BF16 as the layout says).
+__device__ __forceinline__ float4 combine_row4(const char* own, const SegmentLayout& L, int64_t row, int64_t c4) {
+  if (L.combine_bytes == 2) {
+    const uint2 u = reinterpret_cast<const uint2*>(area<__nv_bfloat16>(const_cast<char*>(own), L.combine_rows) +
+                                                   row * L.hidden)[c4];
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+  return reinterpret_cast<const float4*>(area<float>(const_cast<char*>(own), L.combine_rows) + row * L.hidden)[c4];
+}
+
+// grid (tokens, column splits): y_t = sum over slots in slot order of the
+// combine rows (+ shared expert output, FP32), rounded once to BF16 — the
+// same sum in the same order as the single-GPU combine (src/cuda/combine.cu),
+// and like it, a few tokens split their columns over CTAs and each thread
+// has the loads of kCopyBatch slots in flight at once. A slot routed to an
 // expert whose row never arrived (dropped for capacity) contributes nothing
 // and is recorded; -1 and out-of-range slots contribute nothing.
 template <typename Peers>
 __global__ void ep_combine_kernel(Peers peers, SegmentLayout L, int32_t rank, const float* shared_out,
                                   __nv_bfloat16* y) {
-  constexpr int kMaxTopK = 32;
   const int32_t t = blockIdx.x;
   char* own = peers.segment(rank);
   __shared__ bool use[kMaxTopK];
@@ -206,19 +278,53 @@ __global__ void ep_combine_kernel(Peers peers, SegmentLayout L, int32_t rank, co
     const bool routed = slot_owner(area<int32_t>(own, L.send_ids)[crow], L.experts, L.local_experts) >= 0;
     const bool arrived = area<int32_t>(own, L.combine_flags)[crow] == 1;
     use[j] = routed && arrived;
-    if (routed && !arrived) record_error(own, L, kErrCapacity);
+    if (routed && !arrived && blockIdx.y == 0) record_error(own, L, kErrCapacity);
   }
   __syncthreads();
-  const int64_t first = combine_row(t, 0, L.top_k) * L.hidden;
-  const float* rows = area<float>(own, L.combine_rows) + first;
-  const __nv_bfloat16* rows_bf16 = area<__nv_bfloat16>(own, L.combine_rows) + first;
-  const bool bf16 = L.combine_bytes == 2;
-  for (int64_t n = threadIdx.x; n < L.hidden; n += blockDim.x) {
-    float acc = 0.0f;
-    for (int32_t j = 0; j < L.top_k; ++j)
-      if (use[j]) acc += bf16 ? __bfloat162float(rows_bf16[int64_t(j) * L.hidden + n]) : rows[int64_t(j) * L.hidden + n];
-    if (shared_out) acc += shared_out[int64_t(t) * L.hidden + n];
-    y[int64_t(t) * L.hidden + n] = __float2bfloat16_rn(acc);
+  const int64_t first = combine_row(t, 0, L.top_k);
+  __nv_bfloat16* yt = y + int64_t(t) * L.hidden;
+  if ((reinterpret_cast<uintptr_t>(yt) & 7u) != 0) {  // an output row not 8-byte aligned: one value per thread
+    if (blockIdx.y != 0) return;
+    for (int64_t n = threadIdx.x; n < L.hidden; n += blockDim.x) {
+      float acc = 0.0f;
+      for (int32_t j = 0; j < L.top_k; ++j)
+        if (use[j]) {
+          const int64_t at = (first + j) * L.hidden + n;
+          acc += L.combine_bytes == 2 ? __bfloat162float(area<__nv_bfloat16>(own, L.combine_rows)[at])
+                                      : area<float>(own, L.combine_rows)[at];
+        }
+      if (shared_out) acc += shared_out[int64_t(t) * L.hidden + n];
+      yt[n] = __float2bfloat16_rn(acc);
+    }
+    return;
+  }
+  const int64_t cols4 = L.hidden / 4, step = int64_t(gridDim.y) * blockDim.x;
+  for (int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; c < cols4; c += step) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int32_t j0 = 0; j0 < L.top_k; j0 += kCopyBatch) {
+      float4 v[kCopyBatch];
+#pragma unroll
+      for (int i = 0; i < kCopyBatch; ++i)
+        if (j0 + i < L.top_k && use[j0 + i]) v[i] = combine_row4(own, L, first + j0 + i, c);
+#pragma unroll
+      for (int i = 0; i < kCopyBatch; ++i)
+        if (j0 + i < L.top_k && use[j0 + i]) {
+          sum.x += v[i].x;
+          sum.y += v[i].y;
+          sum.z += v[i].z;
+          sum.w += v[i].w;
+        }
+    }
+    if (shared_out) {
+      const float4 s = reinterpret_cast<const float4*>(shared_out + int64_t(t) * L.hidden)[c];
+      sum.x += s.x;
+      sum.y += s.y;
+      sum.z += s.z;
+      sum.w += s.w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y), hi = __floats2bfloat162_rn(sum.z, sum.w);
+    reinterpret_cast<uint2*>(yt)[c] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                                 *reinterpret_cast<const uint32_t*>(&hi));
   }
 }
 

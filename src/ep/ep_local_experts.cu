@@ -85,34 +85,54 @@ __global__ void ep_l2_ref_kernel(EpComputeArgs a, const __nv_bfloat16* h_deq, in
 }
 
 // grid (capacity): the GEMM operand of received row p, value(q) * f32(s) as
-// BF16 (exact, spec 2), zero past H up to ld.
+// BF16 (exact, spec 2), zero past H up to ld. A thread takes whole 16-value
+// blocks (8 code bytes and their scale in two loads), so a row costs a
+// thread one or two load round trips instead of one per value.
 __global__ void ep_expand_operand_kernel(EpComputeArgs a, int64_t H, int64_t ld, __nv_bfloat16* act,
                                          cuda::OperandOrder order) {
   const int32_t p = blockIdx.x;
   if (p >= *a.total) return;
   const bool kslot = order.kslot();
-  for (int64_t k = threadIdx.x; k < ld; k += blockDim.x) {
-    float v = 0.0f;
-    if (k < H) {
-      const uint8_t byte = a.codes[int64_t(p) * (H / 2) + k / 2];
-      v = e2m1_value((k & 1) ? (byte >> 4) : (byte & 15)) * e4m3_value(a.scales[int64_t(p) * (H / 16) + k / 16]);
+  __nv_bfloat16* row = act + int64_t(p) * ld;
+  for (int64_t b = threadIdx.x; b < H / 16; b += blockDim.x) {
+    const uint2 codes = reinterpret_cast<const uint2*>(a.codes + int64_t(p) * (H / 2))[b];
+    const float s = e4m3_value(a.scales[int64_t(p) * (H / 16) + b]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t q = ((i < 8 ? codes.x : codes.y) >> (4 * (i % 8))) & 15u;
+      const int64_t k = 16 * b + i;
+      row[kslot ? cuda::operand_kslot_column(k) : k] = __float2bfloat16_rn(e2m1_value(uint8_t(q)) * s);
     }
-    act[int64_t(p) * ld + (kslot ? cuda::operand_kslot_column(k) : k)] = __float2bfloat16_rn(v);
   }
+  for (int64_t k = H + threadIdx.x; k < ld; k += blockDim.x)
+    row[kslot ? cuda::operand_kslot_column(k) : k] = __float2bfloat16_rn(0.0f);
 }
 
-// One thread: the GEMM's work list from this rank's expert offsets, tiles of
-// at most kGemmTileTokens consecutive rows of one expert.
+// One warp: the GEMM's work list from this rank's expert offsets, tiles of
+// at most kGemmTileTokens consecutive rows of one expert; 32 experts at a
+// time (a warp scan of their tile counts), not one thread walking them all.
 __global__ void ep_build_tiles_kernel(const int32_t* offsets, int32_t local_experts, cuda::GemmTile* tiles,
                                       int32_t* num_tiles) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int32_t n = 0;
-  for (int32_t e = 0; e < local_experts; ++e)
-    for (int32_t b = offsets[e]; b < offsets[e + 1]; b += cuda::kGemmTileTokens) {
-      const int32_t rows = offsets[e + 1] - b;
-      tiles[n++] = cuda::GemmTile{e, b, rows < cuda::kGemmTileTokens ? rows : cuda::kGemmTileTokens, 0};
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  const int lane = int(threadIdx.x);
+  int32_t n = 0;  // tiles of the experts before this round
+  for (int32_t e0 = 0; e0 < local_experts; e0 += 32) {
+    const int32_t e = e0 + lane;
+    const int32_t begin = e < local_experts ? offsets[e] : 0, end = e < local_experts ? offsets[e + 1] : 0;
+    const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;
+    int32_t inc = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += v;
     }
-  *num_tiles = n;
+    for (int32_t i = 0; i < mine; ++i) {
+      const int32_t b = begin + i * cuda::kGemmTileTokens, rows = end - b;
+      tiles[n + inc - mine + i] = cuda::GemmTile{e, b, rows < cuda::kGemmTileTokens ? rows : cuda::kGemmTileTokens, 0};
+    }
+    n += __shfl_sync(0xffffffffu, inc, 31);
+  }
+  if (lane == 0) *num_tiles = n;
 }
 
 __global__ void ep_iota_kernel(int32_t* v, int32_t n) {

@@ -176,8 +176,11 @@ class EpRank {
   template <typename Peers>
   void combine(Peers peers, const EpRankIo& io, cudaStream_t s) {
     if (io.tokens == 0) return;
-    ep_combine_kernel<<<io.tokens, 256, 0, s>>>(peers, L_, rank_, shared_.present() ? shared_out_.get() : nullptr,
-                                                io.y);
+    // A few tokens split their columns over CTAs, about two per SM (as cuda::combine_slots).
+    const int64_t splits =
+        std::max<int64_t>(1, std::min(cuda::ceil_div(L_.hidden / 4, 256), cuda::ceil_div(2 * cuda::sm_count(), io.tokens)));
+    ep_combine_kernel<<<dim3(unsigned(io.tokens), unsigned(splits)), 256, 0, s>>>(
+        peers, L_, rank_, shared_.present() ? shared_out_.get() : nullptr, io.y);
     NVFP4_CUDA_CHECK_LAUNCH("ep_combine_kernel");
   }
 
