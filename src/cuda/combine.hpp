@@ -25,6 +25,13 @@ void combine_slots(const CombineArgs& args, cudaStream_t stream);
 bool combine_vectorized(const CombineArgs& args);
 void combine_slots_ref(const CombineArgs& args, cudaStream_t stream);
 
+// CTAs per token of a combine that sums 4 columns per thread and step with
+// `threads` threads: few tokens split their H / 4 column vectors over CTAs
+// until there are about two CTAs per SM (one load round trip per thread
+// instead of one per step); many tokens take one CTA each. Shared by
+// combine_slots and the expert-parallel combine (src/ep).
+int64_t combine_column_splits(int64_t tokens, int64_t hidden, int threads);
+
 // x [n] f32 -> BF16 (RNE).
 void f32_to_bf16(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream);
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <optional>
 
+#include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/error_word.hpp"
 #include "cuda/quantize_act.hpp"
@@ -176,9 +177,7 @@ class EpRank {
   template <typename Peers>
   void combine(Peers peers, const EpRankIo& io, cudaStream_t s) {
     if (io.tokens == 0) return;
-    // A few tokens split their columns over CTAs, about two per SM (as cuda::combine_slots).
-    const int64_t splits =
-        std::max<int64_t>(1, std::min(cuda::ceil_div(L_.hidden / 4, 256), cuda::ceil_div(2 * cuda::sm_count(), io.tokens)));
+    const int64_t splits = cuda::combine_column_splits(io.tokens, L_.hidden, 256);
     ep_combine_kernel<<<dim3(unsigned(io.tokens), unsigned(splits)), 256, 0, s>>>(
         peers, L_, rank_, shared_.present() ? shared_out_.get() : nullptr, io.y);
     NVFP4_CUDA_CHECK_LAUNCH("ep_combine_kernel");
