@@ -76,7 +76,8 @@ if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
   [[ "$GPUS" -ge 4 ]] && R=4
   [[ "$GPUS" -ge 8 ]] && R=8
   if "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64,512,2048 --iters 20 >"$OUT/ep_bench.log" 2>&1 &&
-     "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64,512,2048 --iters 20 --combine bf16 >>"$OUT/ep_bench.log" 2>&1; then
+     "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64,512,2048 --iters 20 --combine bf16 >>"$OUT/ep_bench.log" 2>&1 &&
+     "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64 --iters 20 --graph >>"$OUT/ep_bench.log" 2>&1; then
     cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
   else
     status=1
@@ -87,7 +88,9 @@ elif [[ "$MODE" == bench || "$MODE" == all ]]; then
   # One GPU: the R = 1 NCCL path alone (communication is a local copy), with
   # the 48 experts one rank of EP8 holds for DeepSeek-V4-Pro.
   if timeout "${EP_BENCH_TIMEOUT:-55}" "$BUILD/nvfp4moe" bench --ep 1 --model dsv4-pro --experts 48 --tokens 1,64,512 --iters 10 \
-      >"$OUT/ep_bench.log" 2>&1; then
+      >"$OUT/ep_bench.log" 2>&1 &&
+     timeout "${EP_BENCH_TIMEOUT:-55}" "$BUILD/nvfp4moe" bench --ep 1 --model dsv4-pro --experts 48 --tokens 1,8,64 --iters 10 \
+      --graph >>"$OUT/ep_bench.log" 2>&1; then
     cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
   else
     echo "ep bench --ep 1: FAIL or timeout" | tee -a "$OUT/summary.txt"

@@ -96,6 +96,7 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   const std::string combine = args.get("combine", "f32");
   NVFP4_CHECK(combine == "f32" || combine == "bf16", "--combine: f32 or bf16, got '", combine, "'");
   const uint64_t seed = uint64_t(args.get_int("seed", 1));
+  const bool use_graph = args.has("graph");
   const int R = env.world, me = env.rank;
   NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
   ep::NcclComm comm(env);
@@ -103,9 +104,10 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   const MoeWeights w = cuda::make_random_nvfp4_moe(cfg, seed, me * epr, epr);
   if (me == 0)
     std::printf("expert parallel over %d GPUs (NCCL symmetric memory, LSA barriers), %s: H=%lld I=%lld E=%lld "
-                "(%lld per rank) k=%lld, %s combine\n%8s %12s %14s %12s\n",
+                "(%lld per rank) k=%lld, %s combine, %s\n%8s %12s %14s %12s\n",
                 R, model.c_str(), (long long)H, (long long)cfg.intermediate, (long long)cfg.experts, (long long)epr,
-                (long long)k, combine.c_str(), "T/rank", "us/forward", "tokens/s (all)", "symm MB");
+                (long long)k, combine.c_str(), use_graph ? "one captured forward replayed" : "eager launches",
+                "T/rank", "us/forward", "tokens/s (all)", "symm MB");
   for (const int64_t T : tokens) {
     NVFP4_CHECK(T >= 1, "--tokens: token counts must be >= 1, got ", T);
     EpCudaOptions o;
@@ -143,8 +145,24 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
     EP_CLI_CUDA(cudaEventCreate(&e0));
     EP_CLI_CUDA(cudaEventCreate(&e1));
     for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, stream);
+    // --graph: one forward captured and replayed, so launch rate and GPU time separate.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (use_graph) {
+      EP_CLI_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      moe.forward(xv, r, out, stream);
+      EP_CLI_CUDA(cudaStreamEndCapture(stream, &graph));
+      EP_CLI_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < warmup; ++i) EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
+    }
     EP_CLI_CUDA(cudaEventRecord(e0, stream));
-    for (int i = 0; i < iters; ++i) moe.forward(xv, r, out, stream);
+    for (int i = 0; i < iters; ++i) {
+      if (use_graph) {
+        EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
+      } else {
+        moe.forward(xv, r, out, stream);
+      }
+    }
     EP_CLI_CUDA(cudaEventRecord(e1, stream));
     EP_CLI_CUDA(cudaEventSynchronize(e1));
     float ms = 0.0f;
@@ -155,6 +173,8 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
       std::printf("%8lld %12.1f %14.0f %12.1f\n", (long long)T, us, double(R * T) / (us * 1e-6),
                   double(moe.symm_bytes()) / 1e6);
     std::fflush(stdout);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaStreamDestroy(stream);
@@ -275,9 +295,9 @@ void join_parts(const std::string& output, int R) {
 }  // namespace
 
 int cmd_bench_ep_cuda(int argc, char** argv) {
-  Args args(argc, argv, {"help"});
+  Args args(argc, argv, {"help", "graph"});
   args.allow_only(
-      {"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine"});
+      {"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine", "graph"});
   const int R = int(args.get_int("ep", 1));
   NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);
