@@ -339,5 +339,16 @@ TEST(CliQuantize, FailedDirectoryQuantizeLeavesOutputDirectoryIntact) {
   EXPECT_EQ(entries, 1) << "staging directory left behind";
 }
 
+// `bench --graph` belongs to the expert-parallel bench: the usage lists it
+// and the single-process bench refuses it by name.
+TEST(CliBench, GraphIsAnExpertParallelFlag) {
+  CliResult r = run_cli("bench --graph --workload ep8 --tokens 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("unknown option --graph"), std::string::npos) << r.err;
+  r = run_cli("bench --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--graph"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace nvfp4moe
