@@ -26,8 +26,7 @@ __global__ void group_pairs_kernel(GroupingArgs a) {
     for (int64_t e = 0; e < a.local_experts; ++e) {
       a.offsets[e] = run;
       cursor[e] = run;
-      for (int32_t r = 0; r < count[e]; r += a.tile_rows)
-        a.tiles[tiles++] = GemmTile{int32_t(e), run + r, min(a.tile_rows, count[e] - r), 0};
+      tiles += write_expert_tiles(int32_t(e), run, count[e], a.tile_rows, a.tiles + tiles);
       run += count[e];
     }
     a.offsets[a.local_experts] = run;

@@ -33,6 +33,15 @@ __device__ __forceinline__ void count_local_slots(const GroupingArgs& a, int32_t
   }
 }
 
+// Expert e's positions [begin, begin + rows) as work tiles of at most
+// tile_rows consecutive positions, into tiles[0, n); returns n.
+__device__ __forceinline__ int32_t write_expert_tiles(int32_t e, int32_t begin, int32_t rows, int32_t tile_rows,
+                                                      GemmTile* tiles) {
+  int32_t n = 0;
+  for (int32_t r = 0; r < rows; r += tile_rows) tiles[n++] = GemmTile{e, begin + r, min(tile_rows, rows - r), 0};
+  return n;
+}
+
 // Position of each local slot = cursor[expert]++ (cursor: the group starts).
 __device__ __forceinline__ void place_local_slots(const GroupingArgs& a, int32_t* cursor) {
   const int64_t pairs = a.tokens * a.top_k;

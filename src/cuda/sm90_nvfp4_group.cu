@@ -6,6 +6,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/grouping_slots.cuh"
 #include "cuda/sm90_nvfp4_group.hpp"
+#include "cuda/warp_scan.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -16,22 +17,11 @@ constexpr int kThreads = 1024;
 // Exclusive scan of one int per thread over the block; returns the block total.
 __device__ int32_t block_exclusive_scan(int32_t v, int32_t& excl, int32_t* warp_sums) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int32_t n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += n;
-  }
+  const int32_t inc = warp_inclusive_sum(v);
   if (lane == 31) warp_sums[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    int32_t s = lane < int(blockDim.x / 32) ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t n = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += n;
-    }
-    warp_sums[lane] = s;  // inclusive over warps
+    warp_sums[lane] = warp_inclusive_sum(lane < int(blockDim.x / 32) ? warp_sums[lane] : 0);  // inclusive over warps
   }
   __syncthreads();
   const int32_t before = warp == 0 ? 0 : warp_sums[warp - 1];
@@ -65,8 +55,7 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
       const int32_t start = run + c_excl;
       a.offsets[e] = start;
       cursor[e] = start;
-      for (int32_t j = 0; j < nt; ++j)
-        a.tiles[tiles + t_excl + j] = GemmTile{int32_t(e), start + j * a.tile_rows, min(a.tile_rows, c - j * a.tile_rows), 0};
+      write_expert_tiles(int32_t(e), start, c, a.tile_rows, a.tiles + tiles + t_excl);
     }
     run += c_total;
     tiles += t_total;

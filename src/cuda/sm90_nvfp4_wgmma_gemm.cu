@@ -17,6 +17,7 @@
 #include "cuda/sm90_nvfp4_wgmma_gemm.hpp"
 #include "cuda/swiglu.cuh"
 #include "cuda/tensor_map.hpp"
+#include "cuda/warp_scan.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -251,12 +252,8 @@ __device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, cons
     if (lane == 0) prefix[0] = 0;
     for (int32_t base = 0; base < local; base += 32) {
       const int32_t e = base + lane;
-      int32_t v = e < local ? token_blocks<kBlockN>(offsets[e + 1] - offsets[e], mode) * m_blocks : 0;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const int32_t o = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v += o;
-      }
+      const int32_t v =
+          warp_inclusive_sum(e < local ? token_blocks<kBlockN>(offsets[e + 1] - offsets[e], mode) * m_blocks : 0);
       if (e < local) prefix[e + 1] = carry + v;
       carry += __shfl_sync(0xffffffffu, v, 31);
     }

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "cuda/warp_scan.cuh"
 #include "ep/ep_index.hpp"
 #include "nvfp4moe/moe.hpp"  // ErrorBits
 
@@ -104,12 +105,7 @@ __global__ void ep_dispatch_place_kernel(Peers peers, SegmentLayout L, int32_t r
   for (int32_t e0 = 0; e0 < L.local_experts; e0 += 32) {
     const int32_t e = e0 + lane;
     const int64_t c = e < L.local_experts ? count[e] : 0;
-    int64_t inc = c;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int64_t v = __shfl_up_sync(0xffffffffu, inc, o);
-      if (lane >= o) inc += v;
-    }
+    const int64_t inc = cuda::warp_inclusive_sum(c);
     const int64_t at = base + inc - c;
     if (e < L.local_experts) {
       first[e] = int32_t(at);

@@ -5,6 +5,8 @@
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
+#include "cuda/grouping_slots.cuh"
+#include "cuda/warp_scan.cuh"
 #include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/sm90_nvfp4_stage.hpp"
@@ -120,16 +122,8 @@ __global__ void ep_build_tiles_kernel(const int32_t* offsets, int32_t local_expe
     const int32_t e = e0 + lane;
     const int32_t begin = e < local_experts ? offsets[e] : 0, end = e < local_experts ? offsets[e + 1] : 0;
     const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;
-    int32_t inc = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t v = __shfl_up_sync(0xffffffffu, inc, o);
-      if (lane >= o) inc += v;
-    }
-    for (int32_t i = 0; i < mine; ++i) {
-      const int32_t b = begin + i * cuda::kGemmTileTokens, rows = end - b;
-      tiles[n + inc - mine + i] = cuda::GemmTile{e, b, rows < cuda::kGemmTileTokens ? rows : cuda::kGemmTileTokens, 0};
-    }
+    const int32_t inc = cuda::warp_inclusive_sum(mine);
+    cuda::write_expert_tiles(e, begin, end - begin, cuda::kGemmTileTokens, tiles + n + inc - mine);
     n += __shfl_sync(0xffffffffu, inc, 31);
   }
   if (lane == 0) *num_tiles = n;
