@@ -187,7 +187,8 @@ TEST_P(EpEmulation, NanStaysInItsToken) {
 }
 
 // Outputs poisoned before the run are all written; a CUDA graph of the
-// forward replays to the same bytes.
+// forward replays to the same bytes, and so does an output that is not
+// 8-byte aligned.
 TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   const int R = GetParam();
   const uint64_t seed = fresh_seed();
@@ -238,6 +239,18 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0) << "graph replay differs from eager";
+
+  // An output one BF16 past an 8-byte boundary: the combine's one-value-per-
+  // thread path (vector stores would fault there), the same bytes.
+  cuda::DeviceBuffer<uint16_t> dy_odd(size_t(T * H) + 1);
+  std::vector<uint16_t> odd(size_t(T * H) + 1, kPoisonBf16);
+  dy_odd.upload(odd.data(), odd.size());
+  ForwardOutputs out_odd;
+  out_odd.y = make_view(dy_odd.get() + 1, DType::BF16, {T, H}, DeviceKind::Cuda);
+  ep.forward(xv, ra, out_odd, stream.get());
+  dy_odd.download(odd.data(), odd.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(std::memcmp(eager.data(), odd.data() + 1, eager.size() * 2), 0) << "unaligned output differs from eager";
   ep.sync_errors();
 }
 
