@@ -93,7 +93,9 @@ class NcclEpMoe {
 
   // This rank's tokens: x [T, H], routing as above, y [T, H] bf16;
   // T <= max_tokens_per_rank. Collective: every rank calls it (T may differ,
-  // may be 0). Queued on `stream`, no host synchronisation unless checked.
+  // may be 0). Queued on `stream`, no host synchronisation unless checked;
+  // the shared expert runs on a side stream of this object, forked from
+  // `stream` and joined back into it within the call (capturable).
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
   std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
                                   const std::vector<float>& topk_weights);

@@ -140,6 +140,44 @@ class CudaStream {
   cudaStream_t s_ = nullptr;
 };
 
+// A side branch of a stream: work queued on side() between fork(main) and
+// join(main) runs next to main's work queued in between, and becomes a
+// parallel branch of the graph when main is being captured. Every fork must
+// be joined before main's work that reads the branch's results (and before a
+// capture ends). The side stream has the lowest priority: the branch fills
+// the SMs that main's kernels leave idle rather than delaying them.
+class StreamBranch {
+ public:
+  StreamBranch() {
+    int least = 0, greatest = 0;
+    NVFP4_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    NVFP4_CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, least));
+  }
+  ~StreamBranch() {
+    if (side_) cudaStreamDestroy(side_);
+  }
+  StreamBranch(StreamBranch&& o) noexcept
+      : side_(std::exchange(o.side_, nullptr)), fork_(std::move(o.fork_)), join_(std::move(o.join_)) {}
+  StreamBranch(const StreamBranch&) = delete;
+  StreamBranch& operator=(const StreamBranch&) = delete;
+
+  // The side stream, ordered after everything queued on main so far.
+  cudaStream_t fork(cudaStream_t main) {
+    NVFP4_CUDA_CHECK(cudaEventRecord(fork_.get(), main));
+    NVFP4_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_.get(), 0));
+    return side_;
+  }
+  // Main's later work waits for everything queued on the side stream.
+  void join(cudaStream_t main) {
+    NVFP4_CUDA_CHECK(cudaEventRecord(join_.get(), side_));
+    NVFP4_CUDA_CHECK(cudaStreamWaitEvent(main, join_.get(), 0));
+  }
+
+ private:
+  cudaStream_t side_ = nullptr;
+  CudaEvent fork_{cudaEventDisableTiming}, join_{cudaEventDisableTiming};
+};
+
 class CublasHandle {
  public:
   CublasHandle() { NVFP4_CUBLAS_CHECK(cublasCreate(&h_)); }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 
 #include "cuda/combine.hpp"
@@ -77,6 +78,7 @@ class EpRank {
         shared_(slice.shared, slice.config, layout.max_tokens),
         pair_out_(size_t(layout.recv_capacity) * layout.hidden),
         shared_out_(shared_.present() ? size_t(layout.max_tokens) * layout.hidden : 0),
+        shared_branch_(shared_.present() ? std::make_unique<cuda::StreamBranch>() : nullptr),
         config_(slice.config) {
     NVFP4_CHECK(slice.experts.count == layout.local_experts &&
                     slice.experts.first_expert == int64_t(rank) * layout.local_experts,
@@ -87,9 +89,19 @@ class EpRank {
   }
 
   // own tokens -> own send area (routing them first when the caller did
-  // not); shared expert on own tokens.
+  // not); shared expert on own tokens, on a branch that combine() joins.
   template <typename Peers>
   void stage(Peers peers, char* own, const EpRankIo& io, EpCompute which, cudaStream_t s) {
+    if (io.route) check_router(io);
+    // The shared expert needs only x: it runs on a branch beside everything
+    // up to the combine, which joins it.
+    if (shared_.present()) {
+      const cudaStream_t side = shared_branch_->fork(s);
+      if (which == EpCompute::GroupedGemm)
+        shared_.run(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), side);
+      else
+        shared_.run_ref(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), side);
+    }
     const void* ids = io.ids;
     bool ids_i64 = io.ids_i64;
     const float* weights = io.weights;
@@ -128,12 +140,6 @@ class EpRank {
     if (io.weights_out && n)
       NVFP4_CUDA_CHECK(cudaMemcpyAsync(io.weights_out, area<float>(own, L_.send_weights), size_t(n) * 4,
                                        cudaMemcpyDeviceToDevice, s));
-    if (shared_.present()) {
-      if (which == EpCompute::GroupedGemm)
-        shared_.run(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
-      else
-        shared_.run_ref(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), s);
-    }
   }
 
   // PULL the pairs this rank owns from every peer's send area.
@@ -176,6 +182,7 @@ class EpRank {
   // Own tokens: slots in slot order + shared expert -> y.
   template <typename Peers>
   void combine(Peers peers, const EpRankIo& io, cudaStream_t s) {
+    if (shared_.present()) shared_branch_->join(s);  // joined even with no tokens: a capture needs every branch joined
     if (io.tokens == 0) return;
     const int64_t splits = cuda::combine_column_splits(io.tokens, L_.hidden, 256);
     ep_combine_kernel<<<dim3(unsigned(io.tokens), unsigned(splits)), 256, 0, s>>>(
@@ -219,11 +226,15 @@ class EpRank {
 
   // The CUDA backend's router on this rank's tokens (GLOBAL ids; a token id
   // outside [0, vocab) of a hash layer is recorded in this rank's error word).
-  void route(char* own, const EpRankIo& io, cudaStream_t s) {
+  // Host checks of route(), made before a forward queues any work.
+  void check_router(const EpRankIo& io) const {
     NVFP4_CHECK(gate_t_.size() > 0, "expert parallel rank ", rank_,
                 ": no routing given (topk_ids) and the layer has no router weight");
     NVFP4_CHECK(!config_.hash_routed || (tid2eid_.size() > 0 && (io.token_ids || io.tokens == 0)),
                 "expert parallel rank ", rank_, ": hash-routed layer needs tid2eid and token_ids [T]");
+  }
+
+  void route(char* own, const EpRankIo& io, cudaStream_t s) {
     if (io.tokens == 0) return;
     cuda::RouterArgs r;
     r.x = io.x;
@@ -256,6 +267,7 @@ class EpRank {
   EpSharedExpert shared_;
   cuda::DeviceBuffer<float> pair_out_;    // [capacity, H] w_j * o_e
   cuda::DeviceBuffer<float> shared_out_;  // [max_tokens, H]
+  std::unique_ptr<cuda::StreamBranch> shared_branch_;  // the shared expert's side stream
   MoeConfig config_;
   cuda::DeviceBuffer<float> gate_t_, bias_;         // [H, E], [E]
   cuda::DeviceBuffer<int32_t> tid2eid_;             // [vocab, k]

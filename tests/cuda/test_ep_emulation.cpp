@@ -230,6 +230,12 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
   ep.forward(xv, ra, out, stream.get());
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  // Rank 0's shared expert is a branch of its own beside its staging (the
+  // graph's other root): it waits for nothing of the routed path.
+  ASSERT_GT(cfg.shared_experts, 0);
+  size_t roots = 0;
+  NVFP4_CUDA_CHECK(cudaGraphGetRootNodes(graph, nullptr, &roots));
+  EXPECT_EQ(roots, 2u) << "captured forward: expected rank 0's staging and its shared expert as the two roots";
   cudaGraphExec_t exec = nullptr;
   NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 2; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
