@@ -126,22 +126,7 @@ if has_step profile; then
       > "$OUT/ncu_T$T.csv" 2> "$OUT/ncu_T$T.err"
     set -e
     note "profile ep8 T=$T (ncu SpeedOfLight): kernel | duration | DRAM % | SM %"
-    python3 - "$OUT/ncu_T$T.csv" <<'PY' | tee -a "$SUMMARY"
-import csv, sys, re
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: print("  (no ncu rows)"); sys.exit(0)
-hdr = rows[0]; col = {n: i for i, n in enumerate(hdr)}
-k = {}
-for r in rows[1:]:
-    n = r[col["Kernel Name"]].replace("(anonymous namespace)::", "").replace("(nvfp4moe::cuda::Projection)", "P")
-    mt = re.search(r"(\w+)(<[^(]*>)?\(", n)
-    name = (mt.group(1) + (mt.group(2) or "")) if mt else n[:60]
-    key = (r[col["ID"]], name.replace("(nvfp4moe::cuda::Projection)", "P")[:60])
-    k.setdefault(key, {})[r[col["Metric Name"]]] = (r[col["Metric Value"]], r[col["Metric Unit"]])
-for (i, name), m in sorted(k.items(), key=lambda kv: int(kv[0][0])):
-    d = m.get("Duration", ("?", ""))
-    print(f"  {name:60s} {d[0]:>10s} {d[1]:5s} dram {m.get('DRAM Throughput', ('?',))[0]:>6s}% sm {m.get('Compute (SM) Throughput', ('?',))[0]:>6s}%")
-PY
+    python3 bench/ncu_kernel_table.py "$OUT/ncu_T$T.csv" | tee -a "$SUMMARY"
   done
 fi
 

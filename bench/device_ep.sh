@@ -5,7 +5,7 @@
 # run the EP GPU tests, and on a machine with R >= 2 GPUs the multi-GPU test
 # and `nvfp4moe bench --ep R`.
 #
-#   bench/device_ep.sh [tests|bench|all]   (default all; logs under $OUT)
+#   bench/device_ep.sh [tests|bench|all|profile]   (default all; logs under $OUT)
 #
 # PREBUILT=<build dir> uses binaries built elsewhere against NCCL 2.28.9 (the
 # same version as torch's; LD_LIBRARY_PATH below makes them load torch's copy)
@@ -96,6 +96,19 @@ elif [[ "$MODE" == bench || "$MODE" == all ]]; then
     echo "ep bench --ep 1: FAIL or timeout" | tee -a "$OUT/summary.txt"
     tail -20 "$OUT/ep_bench.log"
   fi
+fi
+
+# Per-kernel breakdown of one R = 1 forward (48 experts, shared expert
+# included; Nsight Compute SpeedOfLight at free-running clocks, kernels
+# serialised by the profiler): `bench/device_ep.sh profile`, not part of all.
+if [[ "$MODE" == profile ]]; then
+  for T in ${PROFILE_TOKENS:-1 64}; do
+    timeout 200 ncu --target-processes all --clock-control none --section SpeedOfLight --csv \
+      "$BUILD/nvfp4moe" bench --ep 1 --model dsv4-pro --experts 48 --tokens "$T" --iters 1 --warmup 0 \
+      > "$OUT/ncu_ep_T$T.csv" 2> "$OUT/ncu_ep_T$T.err" || echo "ncu ep T=$T: rc=$?" | tee -a "$OUT/summary.txt"
+    echo "profile bench --ep 1 T=$T (ncu SpeedOfLight): kernel | duration | DRAM % | SM %" | tee -a "$OUT/summary.txt"
+    python3 bench/ncu_kernel_table.py "$OUT/ncu_ep_T$T.csv" | tee -a "$OUT/summary.txt"
+  done
 fi
 
 echo "---- summary"
