@@ -86,28 +86,48 @@ __global__ void ep_l2_ref_kernel(EpComputeArgs a, const __nv_bfloat16* h_deq, in
   a.out[int64_t(p) * H + n] = a.weight[p] * o;
 }
 
-// grid (capacity): the GEMM operand of received row p, value(q) * f32(s) as
-// BF16 (exact, spec 2), zero past H up to ld. A thread takes whole 16-value
-// blocks (8 code bytes and their scale in two loads), so a row costs a
-// thread one or two load round trips instead of one per value.
-__global__ void ep_expand_operand_kernel(EpComputeArgs a, int64_t H, int64_t ld, __nv_bfloat16* act,
+// grid (capacity); dynamic smem: H / 2 words. The GEMM operand of received
+// row p, value(q) * f32(s) as BF16 (exact, spec 2), zero past H up to ld.
+// A thread takes whole 16-value blocks (8 code bytes and their scale, one
+// round trip) and leaves their 8 BF16 pairs in shared memory; after one
+// barrier the row is written as 16-byte units, gathered from shared memory
+// in the order asked for (k-slot: unit (chunk, s, h) = pair 2 s + h of the
+// chunk's 4 blocks). Scalar 2-byte stores made this kernel ~25x slower than
+// its bytes at 64 tokens (bench/NOTES.md, session 9).
+__global__ void ep_expand_operand_kernel(EpComputeArgs a, int32_t H, int32_t ld, __nv_bfloat16* act,
                                          cuda::OperandOrder order) {
+  extern __shared__ uint32_t pairs[];  // [H / 2] BF16 pairs of the row, logical order
   const int32_t p = blockIdx.x;
   if (p >= *a.total) return;
-  const bool kslot = order.kslot();
-  __nv_bfloat16* row = act + int64_t(p) * ld;
-  for (int64_t b = threadIdx.x; b < H / 16; b += blockDim.x) {
+  const uint32_t blocks = uint32_t(H) / 16u;
+  for (uint32_t b = threadIdx.x; b < blocks; b += blockDim.x) {
     const uint2 codes = reinterpret_cast<const uint2*>(a.codes + int64_t(p) * (H / 2))[b];
     const float s = e4m3_value(a.scales[int64_t(p) * (H / 16) + b]);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t q = ((i < 8 ? codes.x : codes.y) >> (4 * (i % 8))) & 15u;
-      const int64_t k = 16 * b + i;
-      row[kslot ? cuda::operand_kslot_column(k) : k] = __float2bfloat16_rn(e2m1_value(uint8_t(q)) * s);
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? codes.x : codes.y) >> (8 * (j % 4))) & 0xFFu;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(e2m1_value(uint8_t(byte & 15u)) * s, e2m1_value(uint8_t(byte >> 4)) * s);
+      pairs[8 * b + j] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
-  for (int64_t k = H + threadIdx.x; k < ld; k += blockDim.x)
-    row[kslot ? cuda::operand_kslot_column(k) : k] = __float2bfloat16_rn(0.0f);
+  __syncthreads();
+  const bool kslot = order.kslot();
+  uint4* row = reinterpret_cast<uint4*>(act + int64_t(p) * ld);
+  // Units of 4 pairs; pairs of blocks past H are the zero padding (a partial
+  // last 64-column chunk spreads them over all of its k-slot units).
+  auto pair_of_block = [&](uint32_t b, uint32_t j) { return b < blocks ? pairs[8u * b + j] : 0u; };
+  for (uint32_t u = threadIdx.x; u < uint32_t(ld) / 8u; u += blockDim.x) {
+    uint4 v;
+    if (kslot) {  // unit 8 c + 2 s + h <- pair 2 s + h of blocks 4 c + t, t = 0..3
+      const uint32_t b0 = 4u * (u / 8u), j = u % 8u;
+      v = make_uint4(pair_of_block(b0, j), pair_of_block(b0 + 1u, j), pair_of_block(b0 + 2u, j),
+                     pair_of_block(b0 + 3u, j));
+    } else {  // unit u <- pairs 4 u .. 4 u + 3, i.e. pairs 4 (u % 2) .. of block u / 2
+      const uint32_t b = u / 2u, j = 4u * (u % 2u);
+      v = make_uint4(pair_of_block(b, j), pair_of_block(b, j + 1u), pair_of_block(b, j + 2u), pair_of_block(b, j + 3u));
+    }
+    row[u] = v;
+  }
 }
 
 // One warp: the GEMM's work list from this rank's expert offsets, tiles of
@@ -237,6 +257,7 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   h_g_ = cuda::DeviceBuffer<float>(size_t(capacity));
   h_deq_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(capacity) * ld_h_deq_);
   // Attributes are set here, not per launch: a forward stays graph-capturable.
+  cuda::allow_smem_at_least(ep_expand_operand_kernel, size_t(hidden_) * 2);
   cuda::allow_smem_at_least(ep_l1_ref_kernel, size_t(hidden_) * 4);
   cuda::allow_smem_at_least(ep_l2_ref_kernel, size_t(inter_) * 4);
   cuda::prepare_expert_gemm(count_);
@@ -286,7 +307,8 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
   const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13, frag2);
   const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
-  ep_expand_operand_kernel<<<capacity_, kThreads, 0, stream>>>(a, hidden_, ld_act_, act_.get(), order);
+  ep_expand_operand_kernel<<<capacity_, 256, size_t(hidden_) * 2, stream>>>(a, int32_t(hidden_), int32_t(ld_act_),
+                                                                           act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
   ep_build_tiles_kernel<<<1, 32, 0, stream>>>(a.offsets, int32_t(count_), tiles, num_tiles_.get());
   NVFP4_CUDA_CHECK_LAUNCH("ep_build_tiles_kernel");

@@ -17,6 +17,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/error_word.hpp"
 #include "cuda/quantize_act.hpp"
+#include "cuda/sm90_nvfp4_stage.hpp"
 #include "cuda/router.hpp"
 #include "ep/ep_index.hpp"
 #include "ep/ep_kernels.cuh"
@@ -122,7 +123,7 @@ class EpRank {
       q.g_out = area<float>(own, L_.send_g);
       q.codes = area<uint8_t>(own, L_.send_codes);
       q.scales_linear = area<uint8_t>(own, L_.send_scales);
-      cuda::quantize_activations(q, s);
+      cuda::stage_activations(q, s);  // the fast kernel where it applies (same bytes)
     }
     const int64_t n = int64_t(io.tokens) * L_.top_k;
     const unsigned blocks = unsigned(std::clamp<int64_t>(cuda::ceil_div(n, 256), 1, 1024));
