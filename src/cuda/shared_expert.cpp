@@ -3,6 +3,7 @@
 
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/shared_expert_gemv.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -19,6 +20,18 @@ void gemm_bf16_rowmajor_bt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_
 }
 
 void shared_expert_forward(cublasHandle_t handle, const SharedExpertArgs& a, cudaStream_t stream) {
+  if (a.tokens == 0) return;
+  // Few tokens: one pass over the weights per projection, SwiGLU fused
+  // (cuBLAS splits these into GEMV-shaped GEMMs, a split-K reduction and a
+  // SwiGLU kernel; bench/NOTES.md, session 9).
+  if (shared_expert_gemv_supports(a)) {
+    shared_expert_gemv(a, stream);
+    return;
+  }
+  shared_expert_cublas(handle, a, stream);
+}
+
+void shared_expert_cublas(cublasHandle_t handle, const SharedExpertArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return;
   NVFP4_CUBLAS_CHECK(cublasSetStream(handle, stream));
   gemm_bf16_rowmajor_bt(handle, a.x, a.w13, a.gate_up, a.tokens, 2 * a.inter, a.hidden);

@@ -1,6 +1,9 @@
-// The shared expert on the GPU: BF16 weights, cuBLAS GEMMs with FP32
-// accumulation and output, the same SwiGLU + limit as the routed experts:
+// The shared expert on the GPU: BF16 weights, FP32 accumulation and output,
+// the same SwiGLU + limit as the routed experts:
 //   out[T, H] = W2s . (silu(min(W1s x, L)) * clamp(W3s x, -L, L))
+// with h rounded to BF16 between the projections. Up to 8 tokens it runs as
+// two tensor-core GEMV kernels (shared_expert_gemv.hpp), beyond as cuBLAS
+// GEMMs and a SwiGLU kernel.
 #pragma once
 
 #include <cublas_v2.h>
@@ -23,10 +26,13 @@ struct SharedExpertArgs {
   const __nv_bfloat16* w2 = nullptr;  // [H, Is]
   bool has_limit = false;
   float limit = 0.0f;
-  float* gate_up = nullptr;           // scratch [T, 2*Is]
+  float* gate_up = nullptr;           // scratch [T, 2*Is] (cuBLAS path)
   __nv_bfloat16* h = nullptr;         // scratch [T, Is]
   float* out = nullptr;               // [T, H]
 };
+// The GEMV kernels where they apply (shared_expert_gemv_supports), else cuBLAS.
 void shared_expert_forward(cublasHandle_t handle, const SharedExpertArgs& args, cudaStream_t stream);
+// Always the cuBLAS GEMMs + SwiGLU kernel (any T; uses args.gate_up).
+void shared_expert_cublas(cublasHandle_t handle, const SharedExpertArgs& args, cudaStream_t stream);
 
 }  // namespace nvfp4moe::cuda
