@@ -97,6 +97,7 @@ struct SegmentLayout {
   uint64_t expert_offset = 0;    // i32 [local_experts + 1]: first row, clipped to capacity (compute)
   uint64_t expert_cursor = 0;    // i32 [local_experts]
   uint64_t recv_total = 0;       // i32: rows filled (clipped to capacity)
+  uint64_t dispatch_done = 0;    // u32: count blocks done this forward (the last one places; it resets it)
   uint64_t error_word = 0;       // u32[4]: ErrorBits of this rank, then token/slot/value of the first router error
   uint64_t bytes = 0;            // size of one segment
 
@@ -145,6 +146,7 @@ inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t 
   take(s.expert_offset, (L + 1) * 4);
   take(s.expert_cursor, L * 4);
   take(s.recv_total, 4);
+  take(s.dispatch_done, 4);
   take(s.error_word, 16);
   s.bytes = at;
   return s;

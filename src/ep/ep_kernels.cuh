@@ -9,8 +9,9 @@
 //   stage       own tokens -> own send area (codes, scales, g, GLOBAL ids, w);
 //               clears own combine flags and receive counters
 //   B
-//   count       PULL: every peer's ids, count pairs per local expert
-//   place       prefix over local experts; capacity check
+//   count       PULL: every peer's ids, count pairs per local expert; the
+//               last count block then places: prefix over local experts,
+//               capacity check, the expert GEMMs' tile list
 //   gather      PULL: copy each pair's token (codes, scales, g) into the
 //               receive area, grouped by LOCAL expert
 //   (local expert compute writes w_j * o_e per receive row, FP32)
@@ -24,7 +25,9 @@
 
 #include <cstdint>
 
+#include "cuda/grouping_slots.cuh"
 #include "cuda/warp_scan.cuh"
+#include "ep/ep_local_experts.hpp"  // EpTileSink
 #include "ep/ep_index.hpp"
 #include "nvfp4moe/moe.hpp"  // ErrorBits
 
@@ -67,36 +70,18 @@ __global__ void ep_stage_routing_kernel(Peers peers, SegmentLayout L, int32_t ra
     if (threadIdx.x == 0) {
       *area<int32_t>(own, L.send_count) = tokens;
       *area<int32_t>(own, L.recv_total) = 0;
+      *area<uint32_t>(own, L.dispatch_done) = 0u;  // also reset by its last user: belt and braces after an aborted forward
     }
   }
 }
 
 // ---- dispatch ----------------------------------------------------------------------------
 
-// grid (chunks, R): block (x, s) counts the pairs of peer s that this rank owns.
-template <typename Peers>
-__global__ void ep_dispatch_count_kernel(Peers peers, SegmentLayout L, int32_t rank) {
-  const int32_t src = blockIdx.y;
-  char* own = peers.segment(rank);
-  const char* peer = peers.segment(src);
-  const int32_t epr = L.local_experts;
-  const int64_t n = int64_t(*area<const int32_t>(const_cast<char*>(peer), L.send_count)) * L.top_k;
-  const int32_t* ids = area<const int32_t>(const_cast<char*>(peer), L.send_ids);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t id = ids[i];
-    if (slot_owner(id, L.experts, epr) == rank) atomicAdd(area<int32_t>(own, L.expert_count) + local_expert(id, rank, epr), 1);
-  }
-}
-
 // One warp, 32 local experts at a time (a warp scan of their counts, not one
 // thread walking them all). Writes the unclipped first row of each expert
 // (placement) and the clipped offsets the expert compute reads; records
 // kErrCapacity when the pairs do not fit.
-template <typename Peers>
-__global__ void ep_dispatch_place_kernel(Peers peers, SegmentLayout L, int32_t rank) {
-  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
-  const int lane = int(threadIdx.x);
-  char* own = peers.segment(rank);
+__device__ __forceinline__ void place_pairs(char* own, const SegmentLayout& L, int lane) {
   const int32_t* count = area<int32_t>(own, L.expert_count);
   int32_t* first = area<int32_t>(own, L.expert_first);
   int32_t* offset = area<int32_t>(own, L.expert_offset);
@@ -104,7 +89,7 @@ __global__ void ep_dispatch_place_kernel(Peers peers, SegmentLayout L, int32_t r
   int64_t base = 0;  // pairs of the experts before this round
   for (int32_t e0 = 0; e0 < L.local_experts; e0 += 32) {
     const int32_t e = e0 + lane;
-    const int64_t c = e < L.local_experts ? count[e] : 0;
+    const int64_t c = e < L.local_experts ? __ldcg(count + e) : 0;  // other blocks' atomics: read at L2
     const int64_t inc = cuda::warp_inclusive_sum(c);
     const int64_t at = base + inc - c;
     if (e < L.local_experts) {
@@ -118,6 +103,57 @@ __global__ void ep_dispatch_place_kernel(Peers peers, SegmentLayout L, int32_t r
     *area<int32_t>(own, L.recv_total) = offset[L.local_experts];
     if (base > cap) record_error(own, L, kErrCapacity);
   }
+}
+
+// One warp: the expert GEMMs' work list from the clipped offsets, tiles of
+// at most kGemmTileTokens consecutive receive rows of one expert, 32 experts
+// at a time (a warp scan of their tile counts).
+__device__ __forceinline__ void write_tile_list(const int32_t* offsets, int32_t local_experts, EpTileSink sink,
+                                                int lane) {
+  int32_t n = 0;  // tiles of the experts before this round
+  for (int32_t e0 = 0; e0 < local_experts; e0 += 32) {
+    const int32_t e = e0 + lane;
+    const int32_t begin = e < local_experts ? offsets[e] : 0, end = e < local_experts ? offsets[e + 1] : 0;
+    const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;
+    const int32_t inc = cuda::warp_inclusive_sum(mine);
+    cuda::write_expert_tiles(e, begin, end - begin, cuda::kGemmTileTokens, sink.tiles + n + inc - mine);
+    n += __shfl_sync(0xffffffffu, inc, 31);
+  }
+  if (lane == 0) *sink.num_tiles = n;
+}
+
+// grid (chunks, R): block (x, s) counts the pairs of peer s that this rank
+// owns. The last block to finish (its ticket in dispatch_done) then places
+// them and writes the tile list — one launch where there were three, each a
+// few microseconds of a one-token forward (bench/NOTES.md, session 9).
+template <typename Peers>
+__global__ void ep_dispatch_count_kernel(Peers peers, SegmentLayout L, int32_t rank, EpTileSink sink) {
+  const int32_t src = blockIdx.y;
+  char* own = peers.segment(rank);
+  const char* peer = peers.segment(src);
+  const int32_t epr = L.local_experts;
+  const int64_t n = int64_t(*area<const int32_t>(const_cast<char*>(peer), L.send_count)) * L.top_k;
+  const int32_t* ids = area<const int32_t>(const_cast<char*>(peer), L.send_ids);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t id = ids[i];
+    if (slot_owner(id, L.experts, epr) == rank) atomicAdd(area<int32_t>(own, L.expert_count) + local_expert(id, rank, epr), 1);
+  }
+  __shared__ bool last;
+  __syncthreads();  // every count of this block issued
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible before the ticket
+    last = atomicAdd(area<uint32_t>(own, L.dispatch_done), 1u) == gridDim.x * gridDim.y - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();  // the other blocks' counts, visible before their tickets
+  const int lane = int(threadIdx.x);
+  place_pairs(own, L, lane);
+  if (sink.tiles) {
+    __syncwarp();  // the offsets this warp wrote
+    write_tile_list(area<int32_t>(own, L.expert_offset), L.local_experts, sink, lane);
+  }
+  if (lane == 0) *area<uint32_t>(own, L.dispatch_done) = 0u;  // ready for the next forward (and graph replay)
 }
 
 // Copies a thread makes per round in the dispatch and combine phases: their

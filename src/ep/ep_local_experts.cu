@@ -5,8 +5,6 @@
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
-#include "cuda/grouping_slots.cuh"
-#include "cuda/warp_scan.cuh"
 #include "cuda/operand_order.hpp"
 #include "cuda/sm90_nvfp4_mma_gemm.hpp"
 #include "cuda/sm90_nvfp4_stage.hpp"
@@ -128,25 +126,6 @@ __global__ void ep_expand_operand_kernel(EpComputeArgs a, int32_t H, int32_t ld,
     }
     row[u] = v;
   }
-}
-
-// One warp: the GEMM's work list from this rank's expert offsets, tiles of
-// at most kGemmTileTokens consecutive rows of one expert; 32 experts at a
-// time (a warp scan of their tile counts), not one thread walking them all.
-__global__ void ep_build_tiles_kernel(const int32_t* offsets, int32_t local_experts, cuda::GemmTile* tiles,
-                                      int32_t* num_tiles) {
-  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
-  const int lane = int(threadIdx.x);
-  int32_t n = 0;  // tiles of the experts before this round
-  for (int32_t e0 = 0; e0 < local_experts; e0 += 32) {
-    const int32_t e = e0 + lane;
-    const int32_t begin = e < local_experts ? offsets[e] : 0, end = e < local_experts ? offsets[e + 1] : 0;
-    const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;
-    const int32_t inc = cuda::warp_inclusive_sum(mine);
-    cuda::write_expert_tiles(e, begin, end - begin, cuda::kGemmTileTokens, tiles + n + inc - mine);
-    n += __shfl_sync(0xffffffffu, inc, 31);
-  }
-  if (lane == 0) *num_tiles = n;
 }
 
 __global__ void ep_iota_kernel(int32_t* v, int32_t n) {
@@ -310,8 +289,6 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   ep_expand_operand_kernel<<<capacity_, 256, size_t(hidden_) * 2, stream>>>(a, int32_t(hidden_), int32_t(ld_act_),
                                                                            act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
-  ep_build_tiles_kernel<<<1, 32, 0, stream>>>(a.offsets, int32_t(count_), tiles, num_tiles_.get());
-  NVFP4_CUDA_CHECK_LAUNCH("ep_build_tiles_kernel");
 
   cuda::GroupedGemmPlan l1;
   l1.projection = cuda::Projection::GateUp;

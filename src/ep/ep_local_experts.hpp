@@ -43,14 +43,24 @@ struct EpComputeArgs {
   float* out = nullptr;             // [capacity, H]
 };
 
+// Where the dispatch's placement writes the expert GEMMs' work list (tiles
+// of at most kGemmTileTokens receive rows of one expert) and its length;
+// null tiles: no list (nothing reads one).
+struct EpTileSink {
+  cuda::GemmTile* tiles = nullptr;
+  int32_t* num_tiles = nullptr;
+};
+
 class EpLocalExperts {
  public:
   // `slice` holds this rank's experts, indexed locally.
   EpLocalExperts(const ExpertWeights& slice, const MoeConfig& config, int32_t capacity);
+  // run() reads the work list that the dispatch wrote into tile_sink().
   void run(const EpComputeArgs& args, cudaStream_t stream);
   void run_ref(const EpComputeArgs& args, cudaStream_t stream);
 
   int64_t local_experts() const { return count_; }
+  EpTileSink tile_sink() { return EpTileSink{reinterpret_cast<cuda::GemmTile*>(tiles_.get()), num_tiles_.get()}; }
 
  private:
   void requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::OperandOrder order, cudaStream_t stream);

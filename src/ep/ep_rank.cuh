@@ -143,14 +143,14 @@ class EpRank {
                                        cudaMemcpyDeviceToDevice, s));
   }
 
-  // PULL the pairs this rank owns from every peer's send area.
+  // PULL the pairs this rank owns from every peer's send area; place them
+  // and write the local experts' work list.
   template <typename Peers>
   void dispatch(Peers peers, cudaStream_t s) {
     const unsigned chunks = unsigned(std::clamp<int64_t>(cuda::ceil_div(int64_t(L_.max_tokens) * L_.top_k, 256), 1, 256));
-    ep_dispatch_count_kernel<<<dim3(chunks, L_.ranks), 256, 0, s>>>(peers, L_, rank_);
+    // counts, then (its last block) placement and the expert GEMMs' work list
+    ep_dispatch_count_kernel<<<dim3(chunks, L_.ranks), 256, 0, s>>>(peers, L_, rank_, experts_.tile_sink());
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_count_kernel");
-    ep_dispatch_place_kernel<<<1, 32, 0, s>>>(peers, L_, rank_);
-    NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_place_kernel");
     ep_dispatch_gather_kernel<<<dim3(L_.max_tokens, L_.ranks), 128, 0, s>>>(peers, L_, rank_);
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_gather_kernel");
   }

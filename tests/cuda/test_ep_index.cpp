@@ -70,7 +70,7 @@ TEST(EpIndex, SegmentLayoutAreasAreAlignedDisjointAndLargeEnough) {
       {L.recv_token, c * 4},       {L.recv_slot, c * 4},          {L.recv_expert, c * 4},
       {L.recv_weight, c * 4},      {L.expert_count, l * 4},       {L.expert_first, l * 4},
       {L.expert_offset, (l + 1) * 4}, {L.expert_cursor, l * 4},   {L.recv_total, 4},
-      {L.error_word, 4}};
+      {L.dispatch_done, 4},        {L.error_word, 4}};
   for (size_t i = 0; i < areas.size(); ++i) {
     SCOPED_TRACE("area " + std::to_string(i));
     EXPECT_EQ(areas[i].first % 256, 0u);
