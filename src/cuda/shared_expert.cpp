@@ -20,7 +20,6 @@ void gemm_bf16_rowmajor_bt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_
 }
 
 void shared_expert_forward(cublasHandle_t handle, const SharedExpertArgs& a, cudaStream_t stream) {
-  if (a.tokens == 0) return;
   // Few tokens: one pass over the weights per projection, SwiGLU fused
   // (cuBLAS splits these into GEMV-shaped GEMMs, a split-K reduction and a
   // SwiGLU kernel; bench/NOTES.md, session 9).

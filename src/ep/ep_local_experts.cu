@@ -22,6 +22,7 @@ namespace {
 using namespace nvfp4moe::fmt;
 
 constexpr int kThreads = 128;
+constexpr int kExpandThreads = 256;  // ep_expand_operand_kernel: H / 16 blocks of a row, then H / 8 stores
 
 // sum_k a[k] * value(w_k) * s(w block), the weight row given as packed codes
 // and linear scales; a is the staged row (shared memory).
@@ -286,8 +287,8 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
   const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13, frag2);
   const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
-  ep_expand_operand_kernel<<<capacity_, 256, size_t(hidden_) * 2, stream>>>(a, int32_t(hidden_), int32_t(ld_act_),
-                                                                           act_.get(), order);
+  ep_expand_operand_kernel<<<capacity_, kExpandThreads, size_t(hidden_) * 2, stream>>>(
+      a, int32_t(hidden_), int32_t(ld_act_), act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
 
   cuda::GroupedGemmPlan l1;

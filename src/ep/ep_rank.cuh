@@ -225,8 +225,6 @@ class EpRank {
     NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  // The CUDA backend's router on this rank's tokens (GLOBAL ids; a token id
-  // outside [0, vocab) of a hash layer is recorded in this rank's error word).
   // Host checks of route(), made before a forward queues any work.
   void check_router(const EpRankIo& io) const {
     NVFP4_CHECK(gate_t_.size() > 0, "expert parallel rank ", rank_,
@@ -235,6 +233,8 @@ class EpRank {
                 "expert parallel rank ", rank_, ": hash-routed layer needs tid2eid and token_ids [T]");
   }
 
+  // The CUDA backend's router on this rank's tokens (GLOBAL ids; a token id
+  // outside [0, vocab) of a hash layer is recorded in this rank's error word).
   void route(char* own, const EpRankIo& io, cudaStream_t s) {
     if (io.tokens == 0) return;
     cuda::RouterArgs r;

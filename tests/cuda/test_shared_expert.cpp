@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -35,14 +36,35 @@ std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   return b;
 }
 
+// x [T, H], w13 [2 Is, H] (gate rows, then up rows), w2 [H, Is].
+struct Inputs {
+  std::vector<float> x, w13, w2;
+};
+
+// The inputs of one case, drawn in that order by values(rng, count, is_weight).
+template <typename Values>
+Inputs make_inputs(const Shape& s, uint64_t seed, Values&& values) {
+  Rng rng(seed);
+  Inputs in;
+  in.x = values(rng, s.tokens * s.hidden, false);
+  in.w13 = values(rng, 2 * s.inter * s.hidden, true);
+  in.w2 = values(rng, s.hidden * s.inter, true);
+  return in;
+}
+
+std::string case_name(const Shape& s, uint64_t seed) {
+  return "seed=" + std::to_string(seed) + " T=" + std::to_string(s.tokens) + " H=" + std::to_string(s.hidden) +
+         " Is=" + std::to_string(s.inter);
+}
+
 struct Result {
   std::vector<uint16_t> h;  // [T, Is] bf16 bits
   std::vector<float> out;   // [T, H]
 };
 
 // One shared-expert forward on the device, outputs poisoned with NaN first.
-Result run(const Shape& s, const std::vector<float>& x, const std::vector<float>& w13, const std::vector<float>& w2,
-           bool gemv) {
+Result run(const Shape& s, const Inputs& in, bool gemv) {
+  const std::vector<float>&x = in.x, &w13 = in.w13, &w2 = in.w2;
   DeviceBuffer<uint16_t> dx(x.size()), dw13(w13.size()), dw2(w2.size()), dh(size_t(s.tokens * s.inter));
   DeviceBuffer<float> dgu(size_t(s.tokens * 2 * s.inter)), dout(size_t(s.tokens * s.hidden));
   const std::vector<uint16_t> xb = to_bf16_bits(x), w13b = to_bf16_bits(w13), w2b = to_bf16_bits(w2);
@@ -93,12 +115,10 @@ TEST_P(SharedGemvShapes, HBitExactAndOutWithinSummationErrorOfCublas) {
   SKIP_WITHOUT_GPU();
   const Shape s = GetParam();
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " T=" << s.tokens << " H=" << s.hidden << " Is=" << s.inter);
-  Rng rng(seed);
-  const std::vector<float> x = small_integers(rng, s.tokens * s.hidden);
-  const std::vector<float> w13 = small_integers(rng, 2 * s.inter * s.hidden);
-  const std::vector<float> w2 = small_integers(rng, s.hidden * s.inter);
-  const Result g = run(s, x, w13, w2, true), c = run(s, x, w13, w2, false);
+  SCOPED_TRACE(case_name(s, seed));
+  const Inputs in = make_inputs(s, seed, [](Rng& rng, int64_t n, bool) { return small_integers(rng, n); });
+  const std::vector<float>& w2 = in.w2;
+  const Result g = run(s, in, true), c = run(s, in, false);
   ASSERT_EQ(g.h.size(), c.h.size());
   for (size_t i = 0; i < g.h.size(); ++i)
     ASSERT_EQ(g.h[i], c.h[i]) << "h[" << i / size_t(s.inter) << ", " << i % size_t(s.inter) << "]";
@@ -121,12 +141,11 @@ TEST_P(SharedGemvShapes, RandomInputsMatchCublas) {
   SKIP_WITHOUT_GPU();
   const Shape s = GetParam();
   const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " T=" << s.tokens << " H=" << s.hidden << " Is=" << s.inter);
-  Rng rng(seed);
-  const std::vector<float> x = test::random_normal(rng, s.tokens * s.hidden);
-  const std::vector<float> w13 = test::random_normal(rng, 2 * s.inter * s.hidden, 0.05f);
-  const std::vector<float> w2 = test::random_normal(rng, s.hidden * s.inter, 0.05f);
-  const Result g = run(s, x, w13, w2, true), c = run(s, x, w13, w2, false);
+  SCOPED_TRACE(case_name(s, seed));
+  const Inputs in = make_inputs(s, seed, [](Rng& rng, int64_t n, bool weight) {
+    return test::random_normal(rng, n, weight ? 0.05f : 1.0f);
+  });
+  const Result g = run(s, in, true), c = run(s, in, false);
   double norm = 0.0;
   for (float v : c.out) norm += double(v) * v;
   ASSERT_GT(norm, 1e-6 * double(c.out.size())) << "reference output (nearly) zero: the comparison would prove nothing";
