@@ -28,11 +28,13 @@ done
 OUT="${OUT:-$PWD/device-out}"
 mkdir -p "$OUT"
 ROOT="$PWD"
-for i in "${!VARIANTS[@]}"; do
-  flags="${VARIANTS[$i]}"
+# The variants build side by side (each with its share of the cores): a
+# variant's slowest translation unit is paid once, not once per variant.
+JOBS=$(( $(nproc) / ${#VARIANTS[@]} + 1 ))
+build_variant() {
+  local i="$1" flags="${VARIANTS[$1]}"
   [[ "$flags" == "-" ]] && flags=""
-  b="$ROOT/build-ab$i"
-  src="$ROOT"
+  local b="$ROOT/build-ab$i" src="$ROOT" spec patch_file
   : > "$OUT/ab_build_$i.log"
   if [[ "$flags" == patch:* ]]; then
     spec="${flags#patch:}"
@@ -47,10 +49,12 @@ for i in "${!VARIANTS[@]}"; do
   (cd "$src" &&
     cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF -DNVFP4MOE_BUILD_TESTS=OFF \
       "-DCMAKE_CUDA_FLAGS=$flags" >> "$OUT/ab_build_$i.log" 2>&1 &&
-    ninja -C "$b" -j "$(nproc)" nvfp4moe >> "$OUT/ab_build_$i.log" 2>&1 &&
+    ninja -C "$b" -j "$JOBS" nvfp4moe >> "$OUT/ab_build_$i.log" 2>&1 &&
     nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr $flags -Iinclude -Isrc \
       bench/sm90_gemm_bench.cu "$b/libnvfp4moe.a" -lcublas -o "$b/sm90_gemm_bench" >> "$OUT/ab_build_$i.log" 2>&1)
-done
+}
+for i in "${!VARIANTS[@]}"; do build_variant "$i" & done
+wait
 for i in "${!VARIANTS[@]}"; do
   "build-ab$i/sm90_gemm_bench" --tokens "$TOKENS" --experts "$EXPERTS" --reps "$REPS" --no-simple > "$OUT/ab_$i.log" 2>&1
 done
