@@ -5,7 +5,7 @@
 # run the EP GPU tests, and on a machine with R >= 2 GPUs the multi-GPU test
 # and `nvfp4moe bench --ep R`.
 #
-#   bench/device_ep.sh [tests|bench|all|profile]   (default all; logs under $OUT)
+#   bench/device_ep.sh [tests|bench|all|profile|bound]   (default all; logs under $OUT)
 #
 # PREBUILT=<build dir> uses binaries built elsewhere against NCCL 2.28.9 (the
 # same version as torch's; LD_LIBRARY_PATH below makes them load torch's copy)
@@ -96,6 +96,21 @@ elif [[ "$MODE" == bench || "$MODE" == all ]]; then
     echo "ep bench --ep 1: FAIL or timeout" | tee -a "$OUT/summary.txt"
     tail -20 "$OUT/ep_bench.log"
   fi
+fi
+
+# A layer sized for 512 tokens per rank (a deployment's largest batch)
+# running decode batches, with and without the per-forward token bound
+# (docs/ep.md), alternated twice: `bench/device_ep.sh bound`, not part of all.
+if [[ "$MODE" == bound ]]; then
+  echo "bench --ep 1 --experts 48 --max-tokens 512 --graph: us per forward, bound T vs --unbounded" | tee -a "$OUT/summary.txt"
+  for rep in 1 2; do
+    for variant in "" "--unbounded"; do
+      timeout 60 "$BUILD/nvfp4moe" bench --ep 1 --model dsv4-pro --experts 48 --tokens 1,8,64 --iters 20 --graph \
+        --max-tokens 512 $variant > "$OUT/ep_bound_$rep${variant}.log" 2>&1 || echo "bench $variant: rc=$?" | tee -a "$OUT/summary.txt"
+      echo "run $rep ${variant:-bounded}: $(awk '$1 ~ /^[0-9]+$/ {printf "T=%s %s us  ", $1, $2}' "$OUT/ep_bound_$rep${variant}.log")" |
+        tee -a "$OUT/summary.txt"
+    done
+  done
 fi
 
 # Per-kernel breakdown of one R = 1 forward (48 experts, shared expert

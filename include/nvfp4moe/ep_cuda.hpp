@@ -61,6 +61,7 @@ class EpCudaEmulation {
 
   // The whole batch on the device: x [T, H] bf16/f32, routing as above, y
   // [T, H] bf16. Token chunk r (ep_token_begin) is rank r's. T <= R * max_tokens_per_rank.
+  // The forward's token bound (NcclEpMoe::forward) is its largest chunk.
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
   // Host convenience: x f32 [T, H]; returns y as f32 values of the BF16 output.
   std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
@@ -96,7 +97,17 @@ class NcclEpMoe {
   // may be 0). Queued on `stream`, no host synchronisation unless checked;
   // the shared expert runs on a side stream of this object, forked from
   // `stream` and joined back into it within the call (capturable).
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
+  //
+  // max_tokens_any_rank: the most tokens any rank passes in THIS forward,
+  // the same value on every rank (in vLLM, the max of num_tokens_across_dp;
+  // 0: max_tokens_per_rank). The forward's launches are sized by it and its
+  // expert GEMMs chosen for at most R * it * k received pairs, instead of for
+  // the largest batch the object was built for — the decode kernel's
+  // configuration follows the batch (docs/ep.md). Host-checked: T <= it <=
+  // max_tokens_per_rank. A rank given a smaller value than a peer's tokens
+  // drops that peer's excess tokens' pairs and reports them as kErrCapacity.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr,
+               int64_t max_tokens_any_rank = 0);
   std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
                                   const std::vector<float>& topk_weights);
   void sync_errors();

@@ -42,8 +42,10 @@ constexpr const char* kUsage =
     "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n"
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
     "       nvfp4moe bench --ep R [--model dsv4-pro|dsv4-flash] [--experts E] [--tokens LIST] [--iters 20]\n"
-    "                      [--warmup 3] [--seed S] [--combine f32|bf16] [--graph]   (R GPUs, one process each;\n"
-    "                      --graph: one forward captured in a CUDA graph and replayed; docs/ep.md)\n";
+    "                      [--warmup 3] [--seed S] [--combine f32|bf16] [--graph] [--max-tokens N] [--unbounded]\n"
+    "                      (R GPUs, one process each; --graph: one forward captured in a CUDA graph and replayed;\n"
+    "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
+    "                      token bound; docs/ep.md)\n";
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -236,7 +238,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv, {"help", "no-ceilings", "graph"});  // graph: --ep only
+  Args args(argc, argv, {"help", "no-ceilings", "graph", "unbounded"});  // graph, unbounded: --ep only
   if (args.has("help")) {
     std::printf("%s", kUsage);
     return 0;

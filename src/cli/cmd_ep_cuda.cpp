@@ -97,6 +97,12 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   NVFP4_CHECK(combine == "f32" || combine == "bf16", "--combine: f32 or bf16, got '", combine, "'");
   const uint64_t seed = uint64_t(args.get_int("seed", 1));
   const bool use_graph = args.has("graph");
+  // --max-tokens N: every layer object sized for N tokens per rank (a
+  // deployment's largest batch) while T tokens run; each forward passes T as
+  // its token bound unless --unbounded (then launches and the expert GEMMs'
+  // choice follow N).
+  const int64_t max_tokens = args.get_int("max-tokens", 0);
+  const bool unbounded = args.has("unbounded");
   const int R = env.world, me = env.rank;
   NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
   ep::NcclComm comm(env);
@@ -104,18 +110,23 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   const MoeWeights w = cuda::make_random_nvfp4_moe(cfg, seed, me * epr, epr);
   if (me == 0)
     std::printf("expert parallel over %d GPUs (NCCL symmetric memory, LSA barriers), %s: H=%lld I=%lld E=%lld "
-                "(%lld per rank) k=%lld, %s combine, %s\n%8s %12s %14s %12s\n",
+                "(%lld per rank) k=%lld, %s combine, %s, layer sized for %s, %s\n%8s %12s %14s %12s\n",
                 R, model.c_str(), (long long)H, (long long)cfg.intermediate, (long long)cfg.experts, (long long)epr,
                 (long long)k, combine.c_str(), use_graph ? "one captured forward replayed" : "eager launches",
+                max_tokens > 0 ? (std::to_string(max_tokens) + " tokens per rank").c_str() : "each T",
+                unbounded ? "no per-forward token bound" : "token bound T per forward",
                 "T/rank", "us/forward", "tokens/s (all)", "symm MB");
   for (const int64_t T : tokens) {
     NVFP4_CHECK(T >= 1, "--tokens: token counts must be >= 1, got ", T);
+    NVFP4_CHECK(max_tokens == 0 || T <= max_tokens, "--tokens: T=", T, " is above --max-tokens ", max_tokens);
+    const int64_t N = max_tokens > 0 ? max_tokens : T;  // tokens per rank the layer object is sized for
     EpCudaOptions o;
-    o.max_tokens_per_rank = T;
+    o.max_tokens_per_rank = N;
     o.combine_bf16 = combine == "bf16";
-    // Uniform routing: a rank receives T*k pairs on average; room for 2x
-    // (all R*T*k when that is small, so short rows never overflow).
-    o.recv_capacity = std::min<int64_t>(R * T * k, std::max<int64_t>(2 * T * k, 4096));
+    // Uniform routing: a rank receives N*k pairs on average; room for 2x
+    // (all R*N*k when that is small, so short rows never overflow).
+    o.recv_capacity = std::min<int64_t>(R * N * k, std::max<int64_t>(2 * N * k, 4096));
+    const int64_t bound = unbounded ? 0 : T;
     NcclEpMoe moe(comm.get(), w, o);
     std::vector<float> x(size_t(T * H));
     uint64_t s = seed * 1315423911u + uint64_t(me) * 2654435761u + uint64_t(T);
@@ -144,13 +155,13 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
     EP_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     EP_CLI_CUDA(cudaEventCreate(&e0));
     EP_CLI_CUDA(cudaEventCreate(&e1));
-    for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, stream);
+    for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, stream, bound);
     // --graph: one forward captured and replayed, so launch rate and GPU time separate.
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     if (use_graph) {
       EP_CLI_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      moe.forward(xv, r, out, stream);
+      moe.forward(xv, r, out, stream, bound);
       EP_CLI_CUDA(cudaStreamEndCapture(stream, &graph));
       EP_CLI_CUDA(cudaGraphInstantiate(&exec, graph, 0));
       for (int i = 0; i < warmup; ++i) EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
@@ -160,7 +171,7 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
       if (use_graph) {
         EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
       } else {
-        moe.forward(xv, r, out, stream);
+        moe.forward(xv, r, out, stream, bound);
       }
     }
     EP_CLI_CUDA(cudaEventRecord(e1, stream));
@@ -295,9 +306,9 @@ void join_parts(const std::string& output, int R) {
 }  // namespace
 
 int cmd_bench_ep_cuda(int argc, char** argv) {
-  Args args(argc, argv, {"help", "graph"});
-  args.allow_only(
-      {"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine", "graph"});
+  Args args(argc, argv, {"help", "graph", "unbounded"});
+  args.allow_only({"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine",
+                   "graph", "max-tokens", "unbounded"});
   const int R = int(args.get_int("ep", 1));
   NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);

@@ -5,6 +5,7 @@
 // the NCCL path (ep_rank.cuh, ep_kernels.cuh, ep_index.hpp).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -66,10 +67,12 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
   // Checks the whole batch once (every chunk is then within its rank's capacity).
   const ep::EpRankIo all = ep::ep_check_io(x, routing, out, m.layout, int64_t(m.layout.max_tokens) * m.ranks,
                                            m.config.hash_routed, "EpCudaEmulation::forward");
+  int64_t bound = 1;  // the largest chunk: this forward's token bound (ep_rank.cuh), exact here
   for (int r = 0; r < m.ranks; ++r) {
     const int64_t n = ep::token_chunk_begin(T, m.ranks, r + 1) - ep::token_chunk_begin(T, m.ranks, r);
     NVFP4_CHECK(n <= m.layout.max_tokens, "EpCudaEmulation::forward: rank ", r, " gets ", n,
                 " tokens, above max_tokens_per_rank=", m.layout.max_tokens);
+    bound = std::max(bound, n);
   }
   auto s = static_cast<cudaStream_t>(stream);
   const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
@@ -89,6 +92,7 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
     io[r].ids_out = all.ids_out ? all.ids_out + b * k : nullptr;
     io[r].weights_out = all.weights_out ? all.weights_out + b * k : nullptr;
     io[r].tokens = int32_t(e - b);
+    io[r].tokens_bound = int32_t(bound);
   }
   // Each phase for every rank before the next: stream order = the barriers.
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], which, s);

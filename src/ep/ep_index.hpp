@@ -152,6 +152,19 @@ inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t 
   return s;
 }
 
+// One forward's view of a layout: the same areas, with the token bound of
+// the batch (the most tokens any rank stages in it, 1 .. max_tokens) and the
+// receive capacity it implies (R * bound * k pairs at most arrive). Every
+// launch of the forward is sized by it, and the expert GEMMs are chosen for
+// it, instead of for the largest batch the segments were made for.
+inline SegmentLayout forward_layout(const SegmentLayout& L, int32_t tokens_bound) {
+  SegmentLayout f = L;
+  f.max_tokens = tokens_bound;
+  const int64_t arriving = int64_t(L.ranks) * tokens_bound * L.top_k;
+  f.recv_capacity = int32_t(arriving < L.recv_capacity ? arriving : L.recv_capacity);
+  return f;
+}
+
 // Typed access to an area of a segment.
 template <typename T>
 NVFP4_HD T* area(char* segment, uint64_t offset) {

@@ -132,7 +132,13 @@ __global__ void ep_dispatch_count_kernel(Peers peers, SegmentLayout L, int32_t r
   char* own = peers.segment(rank);
   const char* peer = peers.segment(src);
   const int32_t epr = L.local_experts;
-  const int64_t n = int64_t(*area<const int32_t>(const_cast<char*>(peer), L.send_count)) * L.top_k;
+  // L is this forward's layout (forward_layout): a peer that staged more
+  // tokens than its bound (it was given a larger one) has the excess dropped
+  // here — counted, gathered and pushed by no one — and recorded; its own
+  // combine then finds those slots never arrived.
+  const int32_t staged = *area<const int32_t>(const_cast<char*>(peer), L.send_count);
+  if (staged > L.max_tokens && blockIdx.x == 0 && threadIdx.x == 0) record_error(own, L, kErrCapacity);
+  const int64_t n = int64_t(staged < L.max_tokens ? staged : L.max_tokens) * L.top_k;
   const int32_t* ids = area<const int32_t>(const_cast<char*>(peer), L.send_ids);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int32_t id = ids[i];
@@ -183,7 +189,8 @@ __device__ __forceinline__ void copy_to_rows(const T* src, int64_t n, T* dst, in
   }
 }
 
-// grid (max_tokens, R), one block per token of peer s: copies the token into
+// grid (max_tokens, R) of this forward's layout (tokens past it were not
+// counted), one block per token of peer s: copies the token into
 // a receive row for every slot this rank owns. Thread j books slot j's row
 // (all slots at once), then the block reads the token once and writes it to
 // each booked row. The row within an expert's range depends on arrival

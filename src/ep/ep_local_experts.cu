@@ -2,6 +2,8 @@
 // ep_local_experts.hpp). Compiled WITHOUT fast-math: silu uses expf.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
@@ -13,6 +15,8 @@
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/swiglu.cuh"
 #include "ep/ep_local_experts.hpp"
+
+#include <algorithm>
 #include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::ep {
@@ -244,17 +248,17 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
 }
 
 void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
-  NVFP4_CHECK(a.capacity == capacity_, "EpLocalExperts: capacity ", a.capacity, " differs from the ", capacity_,
-              " it was built for");
+  NVFP4_CHECK(a.capacity >= 1 && a.capacity <= capacity_, "EpLocalExperts: this forward's capacity ", a.capacity,
+              " is outside [1, ", capacity_, "] (the capacity it was built for)");
   const size_t smem1 = size_t(hidden_) * 4, smem2 = size_t(inter_) * 4;
-  dim3 g1(capacity_, unsigned(cuda::ceil_div(inter_, kThreads)));
+  dim3 g1(unsigned(a.capacity), unsigned(cuda::ceil_div(inter_, kThreads)));
   ep_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(a, w13_codes_.get(), w13_scales_.get(), w13_global_.get(),
                                                      hidden_, inter_, limit_.has_value(), limit_.value_or(0.0f),
                                                      h_.get());
   NVFP4_CUDA_CHECK_LAUNCH("ep_l1_ref_kernel");
 
   requantize_h(a, ld_h_deq_, cuda::OperandOrder{}, stream);  // the reference kernels read logical order
-  dim3 g2(capacity_, unsigned(cuda::ceil_div(hidden_, kThreads)));
+  dim3 g2(unsigned(a.capacity), unsigned(cuda::ceil_div(hidden_, kThreads)));
   ep_l2_ref_kernel<<<g2, kThreads, smem2, stream>>>(a, h_deq_.get(), ld_h_deq_, h_g_.get(), w2_codes_.get(),
                                                      w2_scales_.get(), w2_global_.get(), hidden_, inter_);
   NVFP4_CUDA_CHECK_LAUNCH("ep_l2_ref_kernel");
@@ -267,7 +271,7 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::
   rq.h = h_.get();
   rq.ld_h = inter_;
   rq.cols = inter_;
-  rq.rows_max = capacity_;
+  rq.rows_max = a.capacity;
   rq.num_rows = a.total;
   rq.static_g_per_expert = w2_static_g_.size() ? w2_static_g_.get() : nullptr;
   rq.row_expert = a.expert;
@@ -279,15 +283,15 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::
 }
 
 void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
-  NVFP4_CHECK(a.capacity == capacity_, "EpLocalExperts: capacity ", a.capacity, " differs from the ", capacity_,
-              " it was built for");
+  NVFP4_CHECK(a.capacity >= 1 && a.capacity <= capacity_, "EpLocalExperts: this forward's capacity ", a.capacity,
+              " is outside [1, ", capacity_, "] (the capacity it was built for)");
   auto* tiles = reinterpret_cast<cuda::GemmTile*>(tiles_.get());
   const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
   const cuda::MmaWeights* frag13 = f13.codes ? &f13 : nullptr;
   const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
-  const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, capacity_, frag13, frag2);
+  const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, a.capacity, frag13, frag2);
   const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
-  ep_expand_operand_kernel<<<capacity_, kExpandThreads, size_t(hidden_) * 2, stream>>>(
+  ep_expand_operand_kernel<<<unsigned(a.capacity), kExpandThreads, size_t(hidden_) * 2, stream>>>(
       a, int32_t(hidden_), int32_t(ld_act_), act_.get(), order);
   NVFP4_CUDA_CHECK_LAUNCH("ep_expand_operand_kernel");
 
@@ -305,7 +309,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.act_g = a.g;
   l1.tiles = tiles;
   l1.num_tiles = num_tiles_.get();
-  l1.max_tiles = max_tiles_;
+  l1.max_tiles = std::min(max_tiles_, cuda::max_gemm_tiles(a.capacity, count_, cuda::kGemmTileTokens));
   l1.offsets = a.offsets;
   l1.local_experts = count_;
   l1.h_out = h_.get();

@@ -39,7 +39,7 @@ struct EpComputeArgs {
   const float* weight = nullptr;    // [capacity] w_j
   const int32_t* offsets = nullptr; // device [local_experts + 1]: rows of each expert (clipped)
   const int32_t* total = nullptr;   // device: live rows
-  int32_t capacity = 0;
+  int32_t capacity = 0;             // rows this forward can have (its launches and GEMM choice), <= the built capacity
   float* out = nullptr;             // [capacity, H]
 };
 

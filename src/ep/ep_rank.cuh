@@ -40,6 +40,7 @@ struct EpRankIo {
   int32_t* ids_out = nullptr;      // [tokens, k] or null: the GLOBAL ids used
   float* weights_out = nullptr;    // [tokens, k] or null
   int32_t tokens = 0;
+  int32_t tokens_bound = 0;        // the most tokens any rank stages in this forward (1 .. max_tokens)
 };
 
 // Which expert compute runs the local pairs (tests compare the two).
@@ -73,6 +74,7 @@ class EpRank {
   // `slice`: this rank's experts (LOCAL indexing), shared expert included.
   EpRank(const MoeWeights& slice, const SegmentLayout& layout, int32_t rank, float l1_static_g)
       : L_(layout),
+        F_(layout),
         rank_(rank),
         l1_static_g_(l1_static_g),
         experts_(slice.experts, slice.config, layout.recv_capacity),
@@ -93,7 +95,11 @@ class EpRank {
   // not); shared expert on own tokens, on a branch that combine() joins.
   template <typename Peers>
   void stage(Peers peers, char* own, const EpRankIo& io, EpCompute which, cudaStream_t s) {
+    NVFP4_CHECK(io.tokens_bound >= 1 && io.tokens_bound <= L_.max_tokens && io.tokens <= io.tokens_bound,
+                "expert parallel rank ", rank_, ": token bound ", io.tokens_bound, " must be in [max(1, T=",
+                io.tokens, "), max_tokens_per_rank=", L_.max_tokens, "]");
     if (io.route) check_router(io);
+    F_ = forward_layout(L_, io.tokens_bound);  // every phase of this forward launches by it
     // The shared expert needs only x: it runs on a branch beside everything
     // up to the combine, which joins it.
     if (shared_.present()) {
@@ -128,10 +134,10 @@ class EpRank {
     const int64_t n = int64_t(io.tokens) * L_.top_k;
     const unsigned blocks = unsigned(std::clamp<int64_t>(cuda::ceil_div(n, 256), 1, 1024));
     if (ids_i64)
-      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int64_t*>(ids), weights,
+      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, F_, rank_, static_cast<const int64_t*>(ids), weights,
                                                      io.tokens);
     else
-      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, L_, rank_, static_cast<const int32_t*>(ids), weights,
+      ep_stage_routing_kernel<<<blocks, 256, 0, s>>>(peers, F_, rank_, static_cast<const int32_t*>(ids), weights,
                                                      io.tokens);
     NVFP4_CUDA_CHECK_LAUNCH("ep_stage_routing_kernel");
     // The routing used, as the send area holds it (GLOBAL int32 ids).
@@ -147,11 +153,11 @@ class EpRank {
   // and write the local experts' work list.
   template <typename Peers>
   void dispatch(Peers peers, cudaStream_t s) {
-    const unsigned chunks = unsigned(std::clamp<int64_t>(cuda::ceil_div(int64_t(L_.max_tokens) * L_.top_k, 256), 1, 256));
+    const unsigned chunks = unsigned(std::clamp<int64_t>(cuda::ceil_div(int64_t(F_.max_tokens) * F_.top_k, 256), 1, 256));
     // counts, then (its last block) placement and the expert GEMMs' work list
-    ep_dispatch_count_kernel<<<dim3(chunks, L_.ranks), 256, 0, s>>>(peers, L_, rank_, experts_.tile_sink());
+    ep_dispatch_count_kernel<<<dim3(chunks, F_.ranks), 256, 0, s>>>(peers, F_, rank_, experts_.tile_sink());
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_count_kernel");
-    ep_dispatch_gather_kernel<<<dim3(L_.max_tokens, L_.ranks), 128, 0, s>>>(peers, L_, rank_);
+    ep_dispatch_gather_kernel<<<dim3(F_.max_tokens, F_.ranks), 128, 0, s>>>(peers, F_, rank_);
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_gather_kernel");
   }
 
@@ -165,7 +171,7 @@ class EpRank {
     a.weight = area<float>(own, L_.recv_weight);
     a.offsets = area<int32_t>(own, L_.expert_offset);
     a.total = area<int32_t>(own, L_.recv_total);
-    a.capacity = L_.recv_capacity;
+    a.capacity = F_.recv_capacity;
     a.out = pair_out_.get();
     if (which == EpCompute::GroupedGemm)
       experts_.run(a, s);
@@ -176,7 +182,7 @@ class EpRank {
   // PUSH every computed pair to its token's rank.
   template <typename Peers>
   void push(Peers peers, cudaStream_t s) {
-    ep_combine_push_kernel<<<L_.recv_capacity, 128, 0, s>>>(peers, L_, rank_, pair_out_.get());
+    ep_combine_push_kernel<<<F_.recv_capacity, 128, 0, s>>>(peers, F_, rank_, pair_out_.get());
     NVFP4_CUDA_CHECK_LAUNCH("ep_combine_push_kernel");
   }
 
@@ -185,9 +191,9 @@ class EpRank {
   void combine(Peers peers, const EpRankIo& io, cudaStream_t s) {
     if (shared_.present()) shared_branch_->join(s);  // joined even with no tokens: a capture needs every branch joined
     if (io.tokens == 0) return;
-    const int64_t splits = cuda::combine_column_splits(io.tokens, L_.hidden, 256);
+    const int64_t splits = cuda::combine_column_splits(io.tokens, F_.hidden, 256);
     ep_combine_kernel<<<dim3(unsigned(io.tokens), unsigned(splits)), 256, 0, s>>>(
-        peers, L_, rank_, shared_.present() ? shared_out_.get() : nullptr, io.y);
+        peers, F_, rank_, shared_.present() ? shared_out_.get() : nullptr, io.y);
     NVFP4_CUDA_CHECK_LAUNCH("ep_combine_kernel");
   }
 
@@ -262,6 +268,7 @@ class EpRank {
   }
 
   SegmentLayout L_;
+  SegmentLayout F_;  // this forward's view of L_ (forward_layout), set by stage()
   int32_t rank_ = 0;
   float l1_static_g_ = 0.0f;
   EpLocalExperts experts_;
@@ -282,7 +289,9 @@ inline std::string ep_error_text(uint32_t word, const SegmentLayout& L) {
   std::string s;
   if (word & kErrExpertIdOutOfRange) s += "an expert id outside [-1, E=" + std::to_string(L.experts) + ") (skipped); ";
   if (word & kErrCapacity)
-    s += "pairs dropped: receive capacity " + std::to_string(L.recv_capacity) + " exceeded (those slots contribute 0); ";
+    s += "pairs dropped: receive capacity " + std::to_string(L.recv_capacity) +
+         " exceeded, or that of a forward's token bound (R * bound * k), or a peer staged more tokens than this "
+         "rank's bound (those slots contribute 0); ";
   if (word & cuda::kErrTokenIdOutOfRange) s += "a token id outside [0, vocab) of the hash router (its slots skipped); ";
   if (word & ~uint32_t(kErrExpertIdOutOfRange | kErrCapacity | cuda::kErrTokenIdOutOfRange))
     s += "unknown error bits; ";

@@ -107,10 +107,17 @@ int NcclEpMoe::rank() const { return impl_->rank; }
 int NcclEpMoe::ranks() const { return impl_->ranks; }
 uint64_t NcclEpMoe::symm_bytes() const { return impl_->layout.bytes; }
 
-void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream) {
+void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream,
+                        int64_t max_tokens_any_rank) {
   Impl& m = *impl_;
-  const ep::EpRankIo io =
+  ep::EpRankIo io =
       ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, m.config.hash_routed, "NcclEpMoe::forward");
+  NVFP4_CHECK(max_tokens_any_rank >= 0 && max_tokens_any_rank <= m.layout.max_tokens,
+              "NcclEpMoe::forward: max_tokens_any_rank=", max_tokens_any_rank, " must be in [0, max_tokens_per_rank=",
+              m.layout.max_tokens, "] (0: max_tokens_per_rank)");
+  NVFP4_CHECK(max_tokens_any_rank == 0 || io.tokens <= max_tokens_any_rank, "NcclEpMoe::forward: rank ", m.rank,
+              " has T=", io.tokens, " tokens, above max_tokens_any_rank=", max_tokens_any_rank);
+  io.tokens_bound = max_tokens_any_rank > 0 ? int32_t(max_tokens_any_rank) : m.layout.max_tokens;
   auto s = static_cast<cudaStream_t>(stream);
   const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
   m.me->stage(m.peers(), m.symm->local(), io, which, s);
@@ -162,7 +169,7 @@ NcclEpMoe& NcclEpMoe::operator=(NcclEpMoe&&) noexcept = default;
 int NcclEpMoe::rank() const { return 0; }
 int NcclEpMoe::ranks() const { return 0; }
 uint64_t NcclEpMoe::symm_bytes() const { return 0; }
-void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, void*) {}
+void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, void*, int64_t) {}
 std::vector<float> NcclEpMoe::forward_host(const std::vector<float>&, int64_t, const std::vector<int32_t>&,
                                            const std::vector<float>&) {
   return {};

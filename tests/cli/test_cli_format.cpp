@@ -339,15 +339,23 @@ TEST(CliQuantize, FailedDirectoryQuantizeLeavesOutputDirectoryIntact) {
   EXPECT_EQ(entries, 1) << "staging directory left behind";
 }
 
-// `bench --graph` belongs to the expert-parallel bench: the usage lists it
-// and the single-process bench refuses it by name.
+// `bench --graph` and `--unbounded` (value-less) and `--max-tokens` belong
+// to the expert-parallel bench: the usage lists them and the single-process
+// bench refuses them by name.
 TEST(CliBench, GraphIsAnExpertParallelFlag) {
   CliResult r = run_cli("bench --graph --workload ep8 --tokens 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown option --graph"), std::string::npos) << r.err;
+  r = run_cli("bench --unbounded --workload ep8 --tokens 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("unknown option --unbounded"), std::string::npos) << r.err;
+  r = run_cli("bench --max-tokens 4 --workload ep8 --tokens 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("unknown option --max-tokens"), std::string::npos) << r.err;
   r = run_cli("bench --help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.out.find("--graph"), std::string::npos) << r.out;
+  for (const char* flag : {"--graph", "--unbounded", "--max-tokens"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in the usage: " << r.out;
 }
 
 }  // namespace

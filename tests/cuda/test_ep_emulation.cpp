@@ -65,6 +65,46 @@ TEST_P(EpEmulation, MatchesSingleGpuOnRandomRouting) {
       << "R=" << R << " differs from R=1 with the same (reference) compute";
 }
 
+// A layer built for batches far larger than the one it runs: the forward
+// works in its batch's token bound (the largest chunk, forward_layout), so
+// it gives what a layer built for exactly that batch gives — bit for bit with
+// the row-independent compute — and a large batch right after it on the same
+// buffers is unaffected by the small forward's bound.
+TEST_P(EpEmulation, SmallBatchOnALayerBuiltForLargeOnes) {
+  const int R = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " R=" + std::to_string(R));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed ^ 0xb0d);
+  const int64_t T = 2 * R + 1, H = cfg.hidden, k = cfg.top_k;  // chunks of 3 and 2 tokens: bound 3
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.1);
+  const std::vector<float> ref = single_device_forward(w, x, T, r);
+  for (const bool reference : {true, false}) {
+    SCOPED_TRACE(reference ? "reference compute" : "grouped GEMM");
+    EpCudaEmulation big(w, R, EpCudaOptions{64, 0, 0.0f, false, reference});
+    EpCudaEmulation exact(w, R, EpCudaOptions{3, 0, 0.0f, false, reference});
+    const std::vector<float> y_big = big.forward_host(x, T, r.ids, r.weights);
+    const std::vector<float> y_exact = exact.forward_host(x, T, r.ids, r.weights);
+    big.sync_errors();
+    exact.sync_errors();
+    EXPECT_EQ(count_non_finite(y_big), 0);
+    EXPECT_LE(rel_l2(y_big, ref), kTol);
+    if (reference)
+      EXPECT_EQ(std::memcmp(y_big.data(), y_exact.data(), y_big.size() * 4), 0) << "layer built for 64 vs for 3 tokens";
+    else
+      EXPECT_LE(rel_l2(y_big, y_exact), 1e-6) << "layer built for 64 vs for 3 tokens";
+
+    const int64_t T2 = 60 * R + 3;  // then a large batch (61 and 60 tokens per rank) on the same buffers
+    const std::vector<float> x2 = random_normal(rng, T2 * H);
+    const EpRouting r2 = random_routing(rng, T2, k, 0, cfg.experts, 0.1);
+    const std::vector<float> y2 = big.forward_host(x2, T2, r2.ids, r2.weights);
+    big.sync_errors();
+    EXPECT_LE(rel_l2(y2, single_device_forward(w, x2, T2, r2)), kTol) << "large batch after a small one";
+  }
+}
+
 // All tokens routed to the experts of one rank (the last): one rank receives
 // every pair, the others none.
 TEST_P(EpEmulation, SkewedRoutingToOneRank) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -149,6 +150,64 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
   nccl.sync_errors();
 }
 
+// One forward of `nccl` on device buffers with the token bound `bound`
+// (NcclEpMoe::forward); returns y as floats.
+std::vector<float> forward_bounded(NcclEpMoe& nccl, const std::vector<float>& x, int64_t T, int64_t H,
+                                   const EpRouting& r, int64_t k, int64_t bound) {
+  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
+  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
+  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
+  dx.upload(x.data(), x.size());
+  di.upload(r.ids.data(), r.ids.size());
+  dw.upload(r.weights.data(), r.weights.size());
+  RoutingArgs ra;
+  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  nccl.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), ra, out, nullptr, bound);
+  std::vector<uint16_t> yb(size_t(T * H));
+  dy.download(yb.data(), yb.size());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> y(yb.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_float(Bf16{yb[i]});
+  return y;
+}
+
+// The token bound of a forward on a layer built for 32 tokens: a 3-token
+// batch with bound 3 gives what it gives unbounded, a 20-token batch after
+// it is unaffected, and a bound below T or above max_tokens_per_rank is a
+// host error naming the values.
+TEST(EpNccl, SingleRankTokenBound) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 23);
+  const int64_t H = cfg.hidden, k = cfg.top_k;
+  ep::NcclComm comm = ep::NcclComm::single_rank();
+  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{32, 0, 0.0f, false, false});
+  for (const int64_t T : {int64_t(3), int64_t(20)}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<float> x = random_normal(rng, T * H);
+    const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.1);
+    const std::vector<float> y = forward_bounded(nccl, x, T, H, r, k, T);
+    nccl.sync_errors();
+    EXPECT_EQ(count_non_finite(y), 0);
+    EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
+    EXPECT_LE(rel_l2(y, forward_bounded(nccl, x, T, H, r, k, 0)), 1e-6) << "bound T vs none";
+  }
+  const std::vector<float> x = random_normal(rng, 3 * H);
+  const EpRouting r = random_routing(rng, 3, k, 0, cfg.experts, 0.1);
+  expect_error([&] { forward_bounded(nccl, x, 3, H, r, k, 2); },
+               {"rank 0 has T=3 tokens, above max_tokens_any_rank=2"});
+  expect_error([&] { forward_bounded(nccl, x, 3, H, r, k, 33); },
+               {"max_tokens_any_rank=33 must be in [0, max_tokens_per_rank=32]"});
+  expect_error([&] { forward_bounded(nccl, x, 3, H, r, k, -1); }, {"max_tokens_any_rank=-1 must be in"});
+  nccl.sync_errors();
+}
+
 // ---- R GPUs, one process each ----------------------------------------------------
 
 constexpr const char* kEnvSeed = "NVFP4MOE_EP_TEST_SEED";
@@ -201,6 +260,37 @@ TEST(EpMultiGpuWorker, Rank) {
     EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol);
     const std::vector<float> y_emu = rows_of(emu.forward_host(x, T, r.ids, r.weights), H, b, e);
     EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL rank differs from the emulated rank";
+  }
+  {  // Ranks passing different token bounds (each its own T: a misuse). A
+     // rank counts only a peer's first `its bound` tokens: the excess pairs
+     // (a bigger chunk's last token, to a smaller chunk's rank) are dropped
+     // and reported on both sides, the rest is exact.
+    const EpRouting& r = routings[0];
+    std::vector<int64_t> n(static_cast<size_t>(R));
+    for (int q = 0; q < R; ++q) n[size_t(q)] = ep_token_begin(T, R, q + 1) - ep_token_begin(T, R, q);
+    const int64_t epr = cfg.experts / R;
+    EpRouting chunk;
+    chunk.ids.assign(r.ids.begin() + b * k, r.ids.begin() + e * k);
+    chunk.weights.assign(r.weights.begin() + b * k, r.weights.begin() + e * k);
+    EpRouting kept = chunk;  // what arrives: slots whose owner's bound is below the token's index dropped
+    bool dropped = false;
+    for (int64_t t = 0; t < e - b; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t id = chunk.ids[size_t(t * k + j)];
+        if (id >= 0 && t >= n[size_t(id / epr)]) {
+          kept.ids[size_t(t * k + j)] = -1;
+          dropped = true;
+        }
+      }
+    const bool excess_seen = n[size_t(me)] < *std::max_element(n.begin(), n.end());
+    const std::vector<float> xc = rows_of(x, H, b, e);
+    const std::vector<float> y = forward_bounded(nccl, xc, e - b, H, chunk, k, e - b);
+    EXPECT_EQ(count_non_finite(y), 0);
+    EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, kept)), kTol) << "mismatched bounds";
+    if (dropped || excess_seen)
+      expect_error([&] { nccl.sync_errors(); }, {"pairs dropped"});
+    else
+      EXPECT_NO_THROW(nccl.sync_errors());
   }
   // BF16 on the way back (collective: every rank builds it).
   NcclEpMoe nccl_bf16(comm.get(), mine, EpCudaOptions{16, 0, 0.0f, false, false, /*combine_bf16=*/true});
