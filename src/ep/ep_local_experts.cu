@@ -15,8 +15,6 @@
 #include "cuda/sm90_nvfp4_grouped_gemm.hpp"
 #include "cuda/swiglu.cuh"
 #include "ep/ep_local_experts.hpp"
-
-#include <algorithm>
 #include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::ep {
