@@ -241,34 +241,23 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.3);
   EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
 
-  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
-  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
-  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
-  dx.upload(x.data(), x.size());
-  di.upload(r.ids.data(), r.ids.size());
-  dw.upload(r.weights.data(), r.weights.size());
+  EpDeviceBatch batch(x, T, H, r, k);
   const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
-  dy.upload(poison.data(), poison.size());
-  RoutingArgs ra;
-  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
-  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
-  ForwardOutputs out;
-  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
-  const TensorView xv = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+  batch.dy.upload(poison.data(), poison.size());
+  const TensorView& xv = batch.x;
+  const RoutingArgs& ra = batch.routing;
 
   cuda::CudaStream stream;
-  ep.forward(xv, ra, out, stream.get());
-  std::vector<uint16_t> eager(size_t(T * H));
-  dy.download(eager.data(), eager.size(), stream.get());
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  ep.forward(xv, ra, batch.out, stream.get());
+  const std::vector<uint16_t> eager = batch.y_bits(stream.get());
   int64_t poisoned = 0;
   for (uint16_t b : eager) poisoned += b == kPoisonBf16;
   EXPECT_EQ(poisoned, 0) << "outputs left unwritten";
 
-  dy.upload(poison.data(), poison.size(), stream.get());
+  batch.dy.upload(poison.data(), poison.size(), stream.get());
   cudaGraph_t graph = nullptr;
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  ep.forward(xv, ra, out, stream.get());
+  ep.forward(xv, ra, batch.out, stream.get());
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   // Rank 0's shared expert is a branch of its own beside its staging (the
   // graph's other root): it waits for nothing of the routed path.
@@ -279,9 +268,7 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   cudaGraphExec_t exec = nullptr;
   NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 2; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  std::vector<uint16_t> replay(size_t(T * H));
-  dy.download(replay.data(), replay.size(), stream.get());
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  const std::vector<uint16_t> replay = batch.y_bits(stream.get());
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0) << "graph replay differs from eager";

@@ -113,37 +113,23 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
   const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.25);
   ep::NcclComm comm = ep::NcclComm::single_rank();
   NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, 0, 0.0f, false, false});
-  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
-  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
-  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
-  dx.upload(x.data(), x.size());
-  di.upload(r.ids.data(), r.ids.size());
-  dw.upload(r.weights.data(), r.weights.size());
+  EpDeviceBatch batch(x, T, H, r, k);
   const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
-  RoutingArgs ra;
-  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
-  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
-  ForwardOutputs out;
-  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
-  const TensorView xv = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
   cuda::CudaStream stream;
-  dy.upload(poison.data(), poison.size(), stream.get());
-  nccl.forward(xv, ra, out, stream.get());
-  std::vector<uint16_t> eager(size_t(T * H)), replay(size_t(T * H));
-  dy.download(eager.data(), eager.size(), stream.get());
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  batch.dy.upload(poison.data(), poison.size(), stream.get());
+  nccl.forward(batch.x, batch.routing, batch.out, stream.get());
+  const std::vector<uint16_t> eager = batch.y_bits(stream.get());
   for (uint16_t b : eager) ASSERT_NE(b, kPoisonBf16) << "output left unwritten";
 
-  dy.upload(poison.data(), poison.size(), stream.get());
+  batch.dy.upload(poison.data(), poison.size(), stream.get());
   cudaGraph_t graph = nullptr;
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  nccl.forward(xv, ra, out, stream.get());
+  nccl.forward(batch.x, batch.routing, batch.out, stream.get());
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   cudaGraphExec_t exec = nullptr;
   NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 3; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  dy.download(replay.data(), replay.size(), stream.get());
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  const std::vector<uint16_t> replay = batch.y_bits(stream.get());
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0);
@@ -154,24 +140,9 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
 // (NcclEpMoe::forward); returns y as floats.
 std::vector<float> forward_bounded(NcclEpMoe& nccl, const std::vector<float>& x, int64_t T, int64_t H,
                                    const EpRouting& r, int64_t k, int64_t bound) {
-  cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
-  cuda::DeviceBuffer<int32_t> di(size_t(T * k));
-  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
-  dx.upload(x.data(), x.size());
-  di.upload(r.ids.data(), r.ids.size());
-  dw.upload(r.weights.data(), r.weights.size());
-  RoutingArgs ra;
-  ra.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
-  ra.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
-  ForwardOutputs out;
-  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
-  nccl.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), ra, out, nullptr, bound);
-  std::vector<uint16_t> yb(size_t(T * H));
-  dy.download(yb.data(), yb.size());
-  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> y(yb.size());
-  for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_float(Bf16{yb[i]});
-  return y;
+  EpDeviceBatch b(x, T, H, r, k);
+  nccl.forward(b.x, b.routing, b.out, nullptr, bound);
+  return b.y_values();
 }
 
 // The token bound of a forward on a layer built for 32 tokens: a 3-token

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "cuda/cuda_check.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -77,6 +78,42 @@ inline std::vector<float> cpu_forward(const MoeWeights& w, const std::vector<flo
   Moe moe(w, MoeOptions{});
   return moe.forward_host(x, T, &r.ids, &r.weights);
 }
+
+// A batch on the device as a forward takes it: x f32 [T, H], the caller's
+// routing (GLOBAL int32 ids, f32 weights), y bf16 [T, H], and their views.
+struct EpDeviceBatch {
+  int64_t T = 0, H = 0;
+  cuda::DeviceBuffer<float> dx, dw;
+  cuda::DeviceBuffer<int32_t> di;
+  cuda::DeviceBuffer<uint16_t> dy;
+  TensorView x;
+  RoutingArgs routing;
+  ForwardOutputs out;
+
+  EpDeviceBatch(const std::vector<float>& xh, int64_t T_, int64_t H_, const EpRouting& r, int64_t k)
+      : T(T_), H(H_), dx(size_t(T_ * H_)), dw(size_t(T_ * k)), di(size_t(T_ * k)), dy(size_t(T_ * H_)) {
+    dx.upload(xh.data(), xh.size());
+    di.upload(r.ids.data(), r.ids.size());
+    dw.upload(r.weights.data(), r.weights.size());
+    x = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+    routing.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+    routing.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+    out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  }
+  // y's bit patterns, after everything queued on `stream`.
+  std::vector<uint16_t> y_bits(cudaStream_t stream = nullptr) const {
+    std::vector<uint16_t> y(size_t(T * H));
+    dy.download(y.data(), y.size(), stream);
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return y;
+  }
+  std::vector<float> y_values(cudaStream_t stream = nullptr) const {
+    const std::vector<uint16_t> bits = y_bits(stream);
+    std::vector<float> y(bits.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_float(Bf16{bits[i]});
+    return y;
+  }
+};
 
 inline int64_t count_non_finite(const std::vector<float>& v) {
   int64_t n = 0;
