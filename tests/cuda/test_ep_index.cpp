@@ -85,5 +85,33 @@ TEST(EpIndex, SegmentLayoutAreasAreAlignedDisjointAndLargeEnough) {
   EXPECT_EQ(L.bytes - B.bytes, t * kk * h * 2);
 }
 
+// A forward's view of a layout (the token bound): the same areas and size,
+// max_tokens = the bound, and the receive capacity R * bound * k when that is
+// below the layout's, else the layout's.
+TEST(EpIndex, ForwardLayoutKeepsTheAreasAndBoundsTheCounts) {
+  const int32_t H = 7168, k = 6, E = 384, R = 8, T = 512, C = 4096;
+  const SegmentLayout L = make_segment_layout(H, k, E, R, T, C);
+  const SegmentLayout one = forward_layout(L, 1);
+  EXPECT_EQ(one.max_tokens, 1);
+  EXPECT_EQ(one.recv_capacity, 48);  // 8 ranks x 1 token x 6 slots
+  const SegmentLayout big = forward_layout(L, 100);
+  EXPECT_EQ(big.max_tokens, 100);
+  EXPECT_EQ(big.recv_capacity, C);  // 4800 pairs could arrive: the layout's 4096 holds
+  const SegmentLayout whole = forward_layout(L, T);
+  EXPECT_EQ(whole.max_tokens, T);
+  EXPECT_EQ(whole.recv_capacity, C);
+  for (const SegmentLayout* f : {&one, &big, &whole}) {
+    EXPECT_EQ(f->bytes, L.bytes);
+    EXPECT_EQ(f->send_codes, L.send_codes);
+    EXPECT_EQ(f->combine_rows, L.combine_rows);
+    EXPECT_EQ(f->recv_codes, L.recv_codes);
+    EXPECT_EQ(f->recv_weight, L.recv_weight);
+    EXPECT_EQ(f->expert_offset, L.expert_offset);
+    EXPECT_EQ(f->error_word, L.error_word);
+    EXPECT_EQ(f->local_experts, L.local_experts);
+    EXPECT_EQ(f->top_k, L.top_k);
+  }
+}
+
 }  // namespace
 }  // namespace nvfp4moe::ep
