@@ -80,21 +80,32 @@ __global__ void ep_stage_routing_kernel(Peers peers, SegmentLayout L, int32_t ra
 // One warp, 32 local experts at a time (a warp scan of their counts, not one
 // thread walking them all). Writes the unclipped first row of each expert
 // (placement) and the clipped offsets the expert compute reads; records
-// kErrCapacity when the pairs do not fit.
-__device__ __forceinline__ void place_pairs(char* own, const SegmentLayout& L, int lane) {
+// kErrCapacity when the pairs do not fit. With a sink, the same round also
+// writes the expert GEMMs' work list from each expert's clipped rows: tiles
+// of at most kGemmTileTokens consecutive receive rows (a second warp scan,
+// of the tile counts).
+__device__ __forceinline__ void place_pairs(char* own, const SegmentLayout& L, EpTileSink sink, int lane) {
   const int32_t* count = area<int32_t>(own, L.expert_count);
   int32_t* first = area<int32_t>(own, L.expert_first);
   int32_t* offset = area<int32_t>(own, L.expert_offset);
   const int64_t cap = L.recv_capacity;
-  int64_t base = 0;  // pairs of the experts before this round
+  int64_t base = 0;   // pairs of the experts before this round
+  int32_t tiles = 0;  // tiles of the experts before this round
   for (int32_t e0 = 0; e0 < L.local_experts; e0 += 32) {
     const int32_t e = e0 + lane;
     const int64_t c = e < L.local_experts ? __ldcg(count + e) : 0;  // other blocks' atomics: read at L2
     const int64_t inc = cuda::warp_inclusive_sum(c);
     const int64_t at = base + inc - c;
+    const int32_t begin = int32_t(at < cap ? at : cap), end = int32_t(at + c < cap ? at + c : cap);
     if (e < L.local_experts) {
       first[e] = int32_t(at);
-      offset[e] = int32_t(at < cap ? at : cap);
+      offset[e] = begin;
+    }
+    if (sink.tiles) {
+      const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;  // 0 past the experts
+      const int32_t tinc = cuda::warp_inclusive_sum(mine);
+      cuda::write_expert_tiles(e, begin, end - begin, cuda::kGemmTileTokens, sink.tiles + tiles + tinc - mine);
+      tiles += __shfl_sync(0xffffffffu, tinc, 31);
     }
     base += __shfl_sync(0xffffffffu, inc, 31);
   }
@@ -102,24 +113,8 @@ __device__ __forceinline__ void place_pairs(char* own, const SegmentLayout& L, i
     offset[L.local_experts] = int32_t(base < cap ? base : cap);
     *area<int32_t>(own, L.recv_total) = offset[L.local_experts];
     if (base > cap) record_error(own, L, kErrCapacity);
+    if (sink.tiles) *sink.num_tiles = tiles;
   }
-}
-
-// One warp: the expert GEMMs' work list from the clipped offsets, tiles of
-// at most kGemmTileTokens consecutive receive rows of one expert, 32 experts
-// at a time (a warp scan of their tile counts).
-__device__ __forceinline__ void write_tile_list(const int32_t* offsets, int32_t local_experts, EpTileSink sink,
-                                                int lane) {
-  int32_t n = 0;  // tiles of the experts before this round
-  for (int32_t e0 = 0; e0 < local_experts; e0 += 32) {
-    const int32_t e = e0 + lane;
-    const int32_t begin = e < local_experts ? offsets[e] : 0, end = e < local_experts ? offsets[e + 1] : 0;
-    const int32_t mine = (end - begin + cuda::kGemmTileTokens - 1) / cuda::kGemmTileTokens;
-    const int32_t inc = cuda::warp_inclusive_sum(mine);
-    cuda::write_expert_tiles(e, begin, end - begin, cuda::kGemmTileTokens, sink.tiles + n + inc - mine);
-    n += __shfl_sync(0xffffffffu, inc, 31);
-  }
-  if (lane == 0) *sink.num_tiles = n;
 }
 
 // grid (chunks, R): block (x, s) counts the pairs of peer s that this rank
@@ -153,13 +148,8 @@ __global__ void ep_dispatch_count_kernel(Peers peers, SegmentLayout L, int32_t r
   __syncthreads();
   if (!last || threadIdx.x >= 32) return;
   __threadfence();  // the other blocks' counts, visible before their tickets
-  const int lane = int(threadIdx.x);
-  place_pairs(own, L, lane);
-  if (sink.tiles) {
-    __syncwarp();  // the offsets this warp wrote
-    write_tile_list(area<int32_t>(own, L.expert_offset), L.local_experts, sink, lane);
-  }
-  if (lane == 0) *area<uint32_t>(own, L.dispatch_done) = 0u;  // ready for the next forward (and graph replay)
+  place_pairs(own, L, sink, int(threadIdx.x));
+  if (threadIdx.x == 0) *area<uint32_t>(own, L.dispatch_done) = 0u;  // ready for the next forward (and graph replay)
 }
 
 // Copies a thread makes per round in the dispatch and combine phases: their

@@ -2,8 +2,6 @@
 // ep_local_experts.hpp). Compiled WITHOUT fast-math: silu uses expf.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/expert_gemm.hpp"
@@ -307,7 +305,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.act_g = a.g;
   l1.tiles = tiles;
   l1.num_tiles = num_tiles_.get();
-  l1.max_tiles = std::min(max_tiles_, cuda::max_gemm_tiles(a.capacity, count_, cuda::kGemmTileTokens));
+  l1.max_tiles = cuda::max_gemm_tiles(a.capacity, count_, cuda::kGemmTileTokens);  // <= max_tiles_: capacity checked above
   l1.offsets = a.offsets;
   l1.local_experts = count_;
   l1.h_out = h_.get();
