@@ -209,7 +209,10 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
 // ---- The operand path (BF16 operand rows and g only: the routed path) ----
 
 constexpr int kStages = 2;               // row buffers of a CTA: the row being quantized, the next one landing
-constexpr int kOperandThreads = 128;     // CTA size when rows outnumber the SMs
+// Most threads of a CTA when rows outnumber the SMs: 7-8 CTAs of 4 warps per
+// SM at K=7168 (smem bound), a few rows in flight each. 256 and 448 (one
+// block a thread) were slower (bench/NOTES.md, session 11).
+constexpr int kOperandThreads = 128;
 
 // The 16 values of block b of a row held in shared memory as loaded.
 template <bool kBf16>
@@ -224,13 +227,17 @@ __device__ __forceinline__ void load_block_shared(const uint8_t* row, int b, flo
 // max |x| of block b of a shared row (NaN-propagating, as abs_max_nan). BF16
 // rows take it on packed pairs — one mask and one max.NaN.bf16x2 per two
 // values instead of two unpacks and two FP32 maxima; the maximum of BF16
-// values is a BF16 value, so widening it afterwards is exact.
+// values is a BF16 value, so widening it afterwards is exact. On the same
+// pairs, BF16 rows also tell whether a value is outside quotient_rn's domain
+// (`outside`; FP32 rows leave it false and check each value when quantizing).
 template <bool kBf16>
-__device__ __forceinline__ float block_abs_max_shared(const uint8_t* row, int b) {
+__device__ __forceinline__ float block_abs_max_shared(const uint8_t* row, int b, bool& outside) {
+  outside = false;
   if constexpr (kBf16) {
     const uint4* p = reinterpret_cast<const uint4*>(row + size_t(b) * kBlock * 2);
     const uint4 u[2] = {p[0], p[1]};
     __nv_bfloat162 m = __floats2bfloat162_rn(0.0f, 0.0f);
+    uint32_t out_of_domain = 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t w[4] = {u[i].x, u[i].y, u[i].z, u[i].w};
@@ -238,8 +245,10 @@ __device__ __forceinline__ float block_abs_max_shared(const uint8_t* row, int b)
       for (int j = 0; j < 4; ++j) {
         const uint32_t a = w[j] & 0x7fff7fffu;
         m = __hmax2_nan(m, *reinterpret_cast<const __nv_bfloat162*>(&a));
+        out_of_domain |= bf16x2_outside_quotient_domain(a);
       }
     }
+    outside = out_of_domain != 0;
     return abs_max_nan(__low2float(m), __high2float(m));
   } else {
     float v[kBlock];
@@ -265,8 +274,8 @@ __device__ __forceinline__ int kslot_unit_swizzle(int chunk) { return ((chunk >>
 // Thread i owns blocks i, i + blockDim, ...: their maxima (kept in shared
 // memory for the same thread), then, after the CTA's one barrier per row
 // (the row's maximum), their quantization from the shared row again. Many
-// CTAs of different rows share an SM (128 threads: 7 per SM at K=7168, 8 at
-// K=3072 FP32), so one CTA's barrier leaves the SM other work. k-slot rows
+// CTAs of different rows share an SM (128 threads: 7 per SM at K=7168; 96 at
+// K=3072 FP32, 2 blocks each), so one CTA's barrier leaves the SM other work. k-slot rows
 // are regrouped in place: the 4 blocks of a chunk belong to 4 lanes of one
 // warp, which write their BF16 pairs over the chunk's input and read back
 // whole 16-byte units (__syncwarp only).
@@ -281,6 +290,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
   __shared__ uint64_t full_[kStages];
   __shared__ float warp_amax[kStages][kMaxBlocksPerRow / 32];
   __shared__ float block_amax[kMaxBlocksPerRow];  // a thread's own blocks: written in step 1, read in step 2
+  __shared__ bool block_outside[kMaxBlocksPerRow];  // and whether one of its values is outside quotient_rn's domain
 
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, kb = int(a.cols / kBlock);
   const uint32_t row_bytes = uint32_t(a.cols) * kElem;
@@ -315,8 +325,10 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
     // 1. The maxima of this thread's blocks and of the row (NaN-propagating).
     float m = 0.0f;
     for (int b = tid; b < kb; b += int(blockDim.x)) {
-      const float amax = block_abs_max_shared<kBf16>(in, b);
+      bool outside;
+      const float amax = block_abs_max_shared<kBf16>(in, b, outside);
       block_amax[b] = amax;
+      block_outside[b] = outside;
       m = abs_max_nan(m, amax);
     }
 #pragma unroll
@@ -343,7 +355,11 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
         load_block_shared<kBf16>(in, b, v);
         const float amax = block_amax[b];
         const BlockScale bs = block_scale(amax, g, rg);
-        quantize_block_values(v, amax, bs.d, bs.value, val);
+        if constexpr (kBf16) {
+          quantize_block_values(v, !block_outside[b], amax, bs.d, bs.value, val);
+        } else {
+          quantize_block_values(v, amax, bs.d, bs.value, val);
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * j], val[2 * j + 1]);
@@ -383,10 +399,12 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
 }
 
 // The operand path: one thread per block when the rows are no more than the
-// SMs (a row's latency), else kOperandThreads (many rows per SM).
+// SMs (a row's latency), else at most kOperandThreads (many rows per SM),
+// as few as give every thread the same number of blocks.
 void launch_operand_rows(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const int kb = int(s.cols / kBlock);
-  const int threads = rows <= sm_count() ? int(round_up(kb, 32)) : kOperandThreads;
+  const int threads =
+      int(round_up(rows <= sm_count() ? kb : ceil_div(kb, ceil_div(kb, kOperandThreads)), 32));  // equal trips
   const size_t smem = size_t(kStages) * size_t(s.cols) * (s.x_bf16 ? 2 : 4);
   auto kernel = s.x_bf16 ? stage_operand_rows_kernel<true> : stage_operand_rows_kernel<false>;
   allow_smem_at_least(kernel, smem);

@@ -32,6 +32,10 @@ std::vector<float> special_rows(Rng& rng, int64_t rows, int64_t cols) {
     x[size_t(7 * cols + 3)] = INFINITY;                                   // Inf
     for (int64_t c = 0; c < 16; ++c) x[size_t(8 * cols + c)] = 1e-30f;    // a tiny block (subnormal scale)
   }
+  if (rows > 9) {  // a large row holding one tiny negative value: its x / d underflows to -0, whose code is +0,
+    for (int64_t c = 0; c < cols; ++c) x[size_t(9 * cols + c)] = rng.normal() * 0x1p40f;
+    x[size_t(9 * cols + 20)] = -1e-38f;  // where quotient_rn would keep the sign: only the domain check tells
+  }
   return x;
 }
 
@@ -257,9 +261,10 @@ struct OperandCase {
 };
 
 // Single rows (one thread per block) and more rows than fit on the GPU at
-// once (128-thread CTAs, each through both stages several times; K=8192:
-// every thread quantizes 4 blocks a row), logical and k-slot order, a zero
-// tail, NaN / Inf / zero / tiny rows.
+// once (CTAs of at most 128 threads, each through both stages several times;
+// K=8192: every thread quantizes 4 blocks a row; K=1088: a warp with live and
+// dead lanes), logical and k-slot order, a zero tail, NaN / Inf / zero / tiny
+// rows (tiny BF16 values take the packed domain check's fallback).
 TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const OperandCase cases[] = {
@@ -272,6 +277,9 @@ TEST(Sm90StageOperand, MatchesTheCpuQuantizerByteForByte) {
       {false, 300, 1024, false, false, "FP32 rows, logical, static g"},
       {true, 1000, 8192, true, true, "K=8192: every thread holds four blocks"},
       {false, 1000, 7168, true, true, "FP32 K=7168: 28 KB rows, 3.5 blocks a thread"},
+      {true, 400, 7168, true, true, "400 rows: 3-4 rows a CTA"},
+      {true, 200, 1088, true, true, "K=1088: 68 blocks on 96 threads, a partial last warp"},
+      {false, 3000, 1088, false, true, "FP32 K=1088, many rows on 96 threads"},
   };
   for (const OperandCase& oc : cases) {
     const uint64_t seed = test::fresh_seed();

@@ -52,6 +52,19 @@ TEST(FastQuantize, RoundedValueIsTheCodesValue) {
             0);
 }
 
+// e2m1_round_quotient is e2m1_round_finite wherever its input can come from
+// quotient_rn: everything but -0, which quotient_rn never returns.
+TEST(FastQuantize, QuotientRoundingIsTheFiniteRoundingButForMinusZero) {
+  EXPECT_EQ(for_test_floats([](float v) {
+              return float_to_bits(v) == 0x80000000u ||
+                     float_to_bits(e2m1_round_quotient(v)) == float_to_bits(e2m1_round_finite(v));
+            }),
+            0);
+  for (float d : {1.0f, 0x1p-59f, 0x1p59f, 3.5f * 0x1p-20f})
+    EXPECT_EQ(float_to_bits(quotient_rn(-0.0f, d, reciprocal_rn(d))), 0u) << "d=" << d;
+  EXPECT_EQ(float_to_bits(e2m1_round_quotient(-0x1p-100f)), 0x80000000u);  // tiny negatives keep -0
+}
+
 TEST(FastQuantize, IntegerEncodeHandCases) {
   // Ties go to the even code; -0 and tiny negatives keep the spec's sign rule.
   EXPECT_EQ(e2m1_from_finite(0.25f), 0);
@@ -110,6 +123,28 @@ TEST(FastQuantize, QuotientIsTheCorrectlyRoundedDivisionInItsDomain) {
   }
   EXPECT_GT(checked, kIters);  // over a third of the 3 cases a round fall inside the domain
   EXPECT_EQ(bad, 0);
+}
+
+// The packed check of a BF16 pair flags exactly the values that
+// fast_quotient_element_ok rejects: every BF16 bit pattern, in either half,
+// next to a value that passes and one that fails.
+TEST(FastQuantize, PackedBf16DomainCheckIsTheElementCheck) {
+  int64_t bad = 0;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const bool fails = !fast_quotient_element_ok(bits_to_float(h << 16));
+    for (uint32_t other : {0x3f80u, 0x0001u, 0x8000u, 0x2180u, 0x217fu}) {
+      const bool other_fails = !fast_quotient_element_ok(bits_to_float(other << 16));
+      const uint32_t lo = bf16x2_outside_quotient_domain((other << 16 | h) & 0x7fff7fffu);
+      const uint32_t hi = bf16x2_outside_quotient_domain((h << 16 | other) & 0x7fff7fffu);
+      if ((((lo & 0x8000u) != 0) != fails || ((lo >> 31) != 0) != other_fails ||
+           ((hi >> 31) != 0) != fails || ((hi & 0x8000u) != 0) != other_fails) &&
+          ++bad <= 5)
+        ADD_FAILURE() << std::hex << "h=0x" << h << " next to 0x" << other << ": lo 0x" << lo << " hi 0x" << hi;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bf16x2_outside_quotient_domain(0x21800000u), 0u);           // 2^-60 and 0 pass
+  EXPECT_EQ(bf16x2_outside_quotient_domain(0x217f0001u), 0x80008000u);  // both just below 2^-60
 }
 
 TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
