@@ -351,19 +351,12 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
       const bool live = b < kb;
       uint32_t o[8];
       if (live) {
-        float v[kBlock], val[kBlock];
+        float v[kBlock];
         load_block_shared<kBf16>(in, b, v);
-        const float amax = block_amax[b];
-        const BlockScale bs = block_scale(amax, g, rg);
         if constexpr (kBf16) {
-          quantize_block_values(v, !block_outside[b], amax, bs.d, bs.value, val);
+          qdq_block_bf16(v, !block_outside[b], block_amax[b], g, rg, o);
         } else {
-          quantize_block_values(v, amax, bs.d, bs.value, val);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * j], val[2 * j + 1]);
-          o[j] = *reinterpret_cast<const uint32_t*>(&pair);
+          qdq_block_bf16(v, block_amax[b], g, rg, o);
         }
       }
       if (!kslot) {
