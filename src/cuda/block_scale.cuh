@@ -41,7 +41,8 @@ __device__ __forceinline__ BlockScale block_scale(float amax_b, float g, float r
 // Spec section 2 for one block of a GEMM operand row (amax_b its max |x|,
 // rg = reciprocal_rn(g)): the QDQ values value(q_i) * f32(s_b) as 8 BF16
 // pairs (exact), element 2i in the low half of word i. elements_ok: whether
-// every x_i passes fmt::fast_quotient_element_ok (the caller's cheaper check).
+// every x_i passes fmt::fast_quotient_element_ok (fmt::block_in_quotient_domain,
+// or the caller's cheaper check).
 __device__ __forceinline__ void qdq_block_bf16(const float (&x)[fmt::kBlock], bool elements_ok, float amax_b, float g,
                                                float rg, uint32_t (&out)[8]) {
   const BlockScale bs = block_scale(amax_b, g, rg);
@@ -52,14 +53,6 @@ __device__ __forceinline__ void qdq_block_bf16(const float (&x)[fmt::kBlock], bo
     const __nv_bfloat162 pair = __floats2bfloat162_rn(val[2 * i], val[2 * i + 1]);
     out[i] = *reinterpret_cast<const uint32_t*>(&pair);
   }
-}
-
-__device__ __forceinline__ void qdq_block_bf16(const float (&x)[fmt::kBlock], float amax_b, float g, float rg,
-                                               uint32_t (&out)[8]) {
-  bool elements_ok = true;
-#pragma unroll
-  for (int i = 0; i < fmt::kBlock; ++i) elements_ok = elements_ok && fmt::fast_quotient_element_ok(x[i]);
-  qdq_block_bf16(x, elements_ok, amax_b, g, rg, out);
 }
 
 }  // namespace nvfp4moe::cuda

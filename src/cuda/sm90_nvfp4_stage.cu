@@ -275,10 +275,10 @@ __device__ __forceinline__ int kslot_unit_swizzle(int chunk) { return ((chunk >>
 // memory for the same thread), then, after the CTA's one barrier per row
 // (the row's maximum), their quantization from the shared row again. Many
 // CTAs of different rows share an SM (128 threads: 7 per SM at K=7168; 96 at
-// K=3072 FP32, 2 blocks each), so one CTA's barrier leaves the SM other work. k-slot rows
-// are regrouped in place: the 4 blocks of a chunk belong to 4 lanes of one
-// warp, which write their BF16 pairs over the chunk's input and read back
-// whole 16-byte units (__syncwarp only).
+// K=3072 FP32, 2 blocks each), so one CTA's barrier leaves the SM other
+// work. k-slot rows are regrouped in place: the 4 blocks of a chunk belong to
+// 4 lanes of one warp, which write their BF16 pairs over the chunk's input
+// and read back whole 16-byte units (__syncwarp only).
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
     stage_operand_rows_kernel(const __grid_constant__ StageRows a, int64_t rows_max) {
@@ -353,11 +353,8 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
       if (live) {
         float v[kBlock];
         load_block_shared<kBf16>(in, b, v);
-        if constexpr (kBf16) {
-          qdq_block_bf16(v, !block_outside[b], block_amax[b], g, rg, o);
-        } else {
-          qdq_block_bf16(v, block_amax[b], g, rg, o);
-        }
+        const bool in_domain = kBf16 ? !block_outside[b] : block_in_quotient_domain(v);
+        qdq_block_bf16(v, in_domain, block_amax[b], g, rg, o);
       }
       if (!kslot) {
         if (live) {

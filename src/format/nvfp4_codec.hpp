@@ -281,22 +281,25 @@ NVFP4_HD float e2m1_round_quotient(float q) {
   return bits_to_float(float_to_bits(e2m1_round_magnitude(q)) | (float_to_bits(q) & 0x80000000u));
 }
 
-// The fast path over one block: out(i, RN(x_i / d)) for its 16 elements, in
-// order. Returns false, possibly after some calls, when the block or one of
-// its elements is outside quotient_rn's domain: the caller then redoes the
-// block with quantize_element.
-// kCheckElements = false: the caller has checked the elements already.
-template <bool kCheckElements = true, typename Out>
+// Whether every element of a block passes fast_quotient_element_ok.
+NVFP4_HD bool block_in_quotient_domain(const float (&x)[kBlock]) {
+  bool ok = true;
+  NVFP4_UNROLL
+  for (int i = 0; i < kBlock; ++i) ok = ok && fast_quotient_element_ok(x[i]);
+  return ok;
+}
+
+// The fast path over one block whose elements are in quotient_rn's domain
+// (block_in_quotient_domain, or the caller's cheaper check): out(i, RN(x_i /
+// d)) for its 16 elements, in order. Returns false, without calls, when the
+// block itself is outside the domain: the caller then takes quantize_element.
+template <typename Out>
 NVFP4_HD bool quantize_block_fast(const float (&x)[kBlock], float amax_b, float d, Out out) {
   if (!fast_quotient_block_ok(amax_b, d)) return false;
   const float y = reciprocal_rn(d);
-  bool ok = true;
   NVFP4_UNROLL  // unrolled: indexing x or the outputs at run time would put them in local memory
-  for (int i = 0; i < kBlock; ++i) {
-    if constexpr (kCheckElements) ok = ok && fast_quotient_element_ok(x[i]);
-    out(i, quotient_rn(x[i], d, y));
-  }
-  return ok;
+  for (int i = 0; i < kBlock; ++i) out(i, quotient_rn(x[i], d, y));
+  return true;
 }
 
 // The 16 codes of a block with max |x| = amax_b and dequant factor d, as
@@ -304,10 +307,10 @@ NVFP4_HD bool quantize_block_fast(const float (&x)[kBlock], float amax_b, float 
 // word i / 8).
 NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float d, uint32_t (&codes)[2]) {
   codes[0] = codes[1] = 0;
-  if (quantize_block_fast(x, amax_b, d,
+  if (block_in_quotient_domain(x) &&
+      quantize_block_fast(x, amax_b, d,
                           [&](int i, float q) { codes[i / 8] |= uint32_t(e2m1_from_finite(q)) << (4 * (i % 8)); }))
     return;
-  codes[0] = codes[1] = 0;
   NVFP4_UNROLL
   for (int i = 0; i < kBlock; ++i) codes[i / 8] |= uint32_t(quantize_element(x[i], d)) << (4 * (i % 8));
 }
@@ -320,17 +323,14 @@ NVFP4_HD void quantize_block_codes(const float (&x)[kBlock], float amax_b, float
 NVFP4_HD void quantize_block_values(const float (&x)[kBlock], bool elements_ok, float amax_b, float d, float sv,
                                     float (&out)[kBlock]) {
   if (elements_ok &&
-      quantize_block_fast<false>(x, amax_b, d, [&](int i, float q) { out[i] = e2m1_round_quotient(q) * sv; }))
+      quantize_block_fast(x, amax_b, d, [&](int i, float q) { out[i] = e2m1_round_quotient(q) * sv; }))
     return;
   NVFP4_UNROLL
   for (int i = 0; i < kBlock; ++i) out[i] = e2m1_value(quantize_element(x[i], d)) * sv;
 }
 
 NVFP4_HD void quantize_block_values(const float (&x)[kBlock], float amax_b, float d, float sv, float (&out)[kBlock]) {
-  bool elements_ok = true;
-  NVFP4_UNROLL
-  for (int i = 0; i < kBlock; ++i) elements_ok = elements_ok && fast_quotient_element_ok(x[i]);
-  quantize_block_values(x, elements_ok, amax_b, d, sv, out);
+  quantize_block_values(x, block_in_quotient_domain(x), amax_b, d, sv, out);
 }
 
 }  // namespace nvfp4moe::fmt
