@@ -34,6 +34,14 @@ constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
 // gate/up 128 variant only).
 constexpr int kProducerRegisters = 80;
 constexpr int kConsumerRegisters = 200;
+// setmaxnreg.inc takes registers only from what the CTA's setmaxnreg.dec gave
+// back (SASS: USETMAXREG.TRY_ALLOC.CTAPOOL); a consumer warp asking for more
+// waits forever (bench/NOTES.md, session 12: 216 hung the GPU tests). The
+// launch gives every thread 65536 / 384 registers, in steps of 8: 168.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+static_assert(kConsumerWarps * 32 * (kConsumerRegisters - kLaunchRegisters) <=
+                  kProducerThreads * (kLaunchRegisters - kProducerRegisters),
+              "the consumers' extra registers must all come from the producer warpgroup's");
 constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
 constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
