@@ -1,6 +1,7 @@
-// sm90_nvfp4_group against group_pairs: identical offsets, work list, ids and
-// error bit; the same pairs in every group (order inside a group is atomic
-// order in both) and a consistent permutation.
+// sm90_nvfp4_group against a host reference (ids written back, offsets, every
+// group's pairs, the error bit) and against group_pairs: identical offsets,
+// work list, ids and error bit; the same pairs in every group (order inside a
+// group is atomic order in both) and a consistent permutation.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -97,6 +98,24 @@ TEST_P(Sm90Group, MatchesGroupPairs) {
   }
   const Grouped a = run_group(true, ids, i64, T, k, E, first, local);
   const Grouped b = run_group(false, ids, i64, T, k, E, first, local);
+  // Host reference: ids as written back, every local expert's pairs in slot order, the error bit.
+  std::vector<int32_t> want_ids(ids.size());
+  std::vector<std::vector<int32_t>> want_pairs(static_cast<size_t>(local));
+  bool out_of_range = false;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const bool in_range = ids[p] >= -1 && ids[p] < E;
+    out_of_range |= !in_range;
+    want_ids[p] = in_range ? int32_t(ids[p]) : -1;
+    if (in_range && ids[p] >= first && ids[p] < first + local) want_pairs[size_t(ids[p] - first)].push_back(int32_t(p));
+  }
+  EXPECT_EQ(a.ids, want_ids);
+  EXPECT_EQ((a.err[0] & kErrExpertIdOutOfRange) != 0, out_of_range) << "error bits " << a.err[0];
+  for (int64_t e = 0, start = 0; e < local; start += int64_t(want_pairs[size_t(e)].size()), ++e) {
+    ASSERT_EQ(a.offsets[size_t(e)], start) << "offset of local expert " << e;
+    std::vector<int32_t> got(a.pair_of_pos.begin() + start, a.pair_of_pos.begin() + start + int64_t(want_pairs[size_t(e)].size()));
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(got, want_pairs[size_t(e)]) << "pairs of local expert " << e;
+  }
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_EQ(a.offsets, b.offsets);
   ASSERT_EQ(a.num_tiles, b.num_tiles);
@@ -130,7 +149,11 @@ INSTANTIATE_TEST_SUITE_P(Routing, Sm90Group,
                          ::testing::Values(std::make_tuple(int64_t(1), int64_t(0), int64_t(384), false),
                                            std::make_tuple(int64_t(64), int64_t(48), int64_t(48), false),
                                            std::make_tuple(int64_t(700), int64_t(0), int64_t(384), true),
-                                           std::make_tuple(int64_t(3000), int64_t(96), int64_t(48), false)));
+                                           std::make_tuple(int64_t(3000), int64_t(96), int64_t(48), false),
+                                           // more slots than one batch of loads of the block (8 x 1024), and a
+                                           // prefill-sized batch whose slots fill the batches exactly
+                                           std::make_tuple(int64_t(1500), int64_t(0), int64_t(384), true),
+                                           std::make_tuple(int64_t(8192), int64_t(48), int64_t(48), false)));
 
 }  // namespace
 }  // namespace nvfp4moe::cuda
