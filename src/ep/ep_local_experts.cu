@@ -225,13 +225,13 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   }
   ld_act_ = g13.k_steps * cuda::kTileK;
   ld_h_deq_ = g2.k_steps * cuda::kTileK;
-  max_tiles_ = cuda::max_gemm_tiles(capacity, count_, cuda::kGemmTileTokens);
   act_ = cuda::DeviceBuffer<__nv_bfloat16>(size_t(capacity) * ld_act_);
   identity_ = cuda::DeviceBuffer<int32_t>(size_t(capacity));
   ep_iota_kernel<<<unsigned(cuda::ceil_div(capacity, 256)), 256>>>(identity_.get(), capacity);
   NVFP4_CUDA_CHECK_LAUNCH("ep_iota_kernel");
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
-  tiles_ = cuda::DeviceBuffer<uint8_t>(size_t(max_tiles_) * sizeof(cuda::GemmTile));
+  tiles_ = cuda::DeviceBuffer<uint8_t>(size_t(cuda::max_gemm_tiles(capacity, count_, cuda::kGemmTileTokens)) *
+                                       sizeof(cuda::GemmTile));
   num_tiles_ = cuda::DeviceBuffer<int32_t>(1);
   h_ = cuda::DeviceBuffer<float>(size_t(capacity) * inter_);
   h_g_ = cuda::DeviceBuffer<float>(size_t(capacity));
@@ -243,9 +243,13 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   cuda::prepare_expert_gemm(count_);
 }
 
-void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
+void EpLocalExperts::check_capacity(const EpComputeArgs& a) const {
   NVFP4_CHECK(a.capacity >= 1 && a.capacity <= capacity_, "EpLocalExperts: this forward's capacity ", a.capacity,
               " is outside [1, ", capacity_, "] (the capacity it was built for)");
+}
+
+void EpLocalExperts::run_ref(const EpComputeArgs& a, cudaStream_t stream) {
+  check_capacity(a);
   const size_t smem1 = size_t(hidden_) * 4, smem2 = size_t(inter_) * 4;
   dim3 g1(unsigned(a.capacity), unsigned(cuda::ceil_div(inter_, kThreads)));
   ep_l1_ref_kernel<<<g1, kThreads, smem1, stream>>>(a, w13_codes_.get(), w13_scales_.get(), w13_global_.get(),
@@ -279,8 +283,7 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::
 }
 
 void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
-  NVFP4_CHECK(a.capacity >= 1 && a.capacity <= capacity_, "EpLocalExperts: this forward's capacity ", a.capacity,
-              " is outside [1, ", capacity_, "] (the capacity it was built for)");
+  check_capacity(a);
   auto* tiles = reinterpret_cast<cuda::GemmTile*>(tiles_.get());
   const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
   const cuda::MmaWeights* frag13 = f13.codes ? &f13 : nullptr;
@@ -305,7 +308,7 @@ void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   l1.act_g = a.g;
   l1.tiles = tiles;
   l1.num_tiles = num_tiles_.get();
-  l1.max_tiles = cuda::max_gemm_tiles(a.capacity, count_, cuda::kGemmTileTokens);  // <= max_tiles_: capacity checked above
+  l1.max_tiles = cuda::max_gemm_tiles(a.capacity, count_, cuda::kGemmTileTokens);  // within tiles_: capacity checked above
   l1.offsets = a.offsets;
   l1.local_experts = count_;
   l1.h_out = h_.get();

@@ -63,6 +63,8 @@ class EpLocalExperts {
   EpTileSink tile_sink() { return EpTileSink{reinterpret_cast<cuda::GemmTile*>(tiles_.get()), num_tiles_.get()}; }
 
  private:
+  // A forward's capacity (its launches and GEMM choice) is within the one this was built for.
+  void check_capacity(const EpComputeArgs& a) const;
   void requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::OperandOrder order, cudaStream_t stream);
 
   int64_t count_ = 0, hidden_ = 0, inter_ = 0;
@@ -74,7 +76,7 @@ class EpLocalExperts {
   // the grouped GEMM's tile layout and operands
   cuda::DeviceBuffer<uint8_t> w13_tiles_, w2_tiles_;  // tile layout, only where the fragment layout does not fit
   cuda::MmaWeightsDevice w13_frag_, w2_frag_;          // fragment layout (decode and wgmma kernels)
-  int64_t ld_act_ = 0, ld_h_deq_ = 0, max_tiles_ = 0;
+  int64_t ld_act_ = 0, ld_h_deq_ = 0;
   cuda::DeviceBuffer<__nv_bfloat16> act_;       // [capacity, ld_act] value(q)*s of the received tokens
   cuda::DeviceBuffer<int32_t> identity_;        // [capacity] row -> row (the plan's pair map)
   cuda::DeviceBuffer<uint8_t> tiles_;           // GemmTile [max_tiles]
