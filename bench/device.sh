@@ -60,7 +60,7 @@ if has_step sanitizer; then
   if [[ -x "$GPU_TESTS" ]]; then
     set +e
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter='CudaMoe.CallerRoutingWithMinusOneSlots:CudaMoe.OutOfRangeExpertIdIsReportedOthersIntact:CudaQuantize.BadArgumentsAreHostErrors:Shapes/Sm90WgmmaGemm.*T40*:Shapes/Sm90WgmmaGemm.*H640*:Sm90WgmmaSplit.*:Sm90Stage.KSlot*:Shapes/Sm90Stage.*:Shapes/CombineShapes.*' \
+      --gtest_filter='CudaMoe.CallerRoutingWithMinusOneSlots:CudaMoe.OutOfRangeExpertIdIsReportedOthersIntact:CudaQuantize.BadArgumentsAreHostErrors:Shapes/Sm90PrefillGemm.*T40*:Shapes/Sm90PrefillGemm.*H640*:Sm90PrefillSplit.*:Sm90Stage.KSlot*:Shapes/Sm90Stage.*:Shapes/CombineShapes.*' \
       > "$OUT/sanitizer.log" 2>&1
     rc=$?
     set -e
@@ -121,7 +121,7 @@ if has_step profile; then
   for T in ${PROFILE_TOKENS:-1 2048}; do
     set +e
     timeout 200 ncu --section SpeedOfLight --csv \
-      --kernel-name regex:'sm90_nvfp4|stage_rows|group_pairs|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
+      --kernel-name regex:'sm90_nvfp4|stage_rows|group_pairs_ref|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
       "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$T" --iters 1 --warmup 0 --no-ceilings \
       > "$OUT/ncu_T$T.csv" 2> "$OUT/ncu_T$T.err"
     set -e
@@ -134,10 +134,10 @@ fi
 # source view, free-running clocks): by default the L1 decode GEMM of one ep8
 # T=1 forward; PROFILE_KERNEL (regex), PROFILE_TOKENS and PROFILE_SKIP (launches
 # of that kernel to skip) pick another, e.g. the 64-wide wgmma launch of
-# ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_wgmma_gemm_kernel PROFILE_SKIP=2.
+# ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_prefill_gemm_kernel PROFILE_SKIP=2.
 # The top instructions by stall samples with their opcodes. Not a default step.
 if has_step profile-decode; then
-  PK="${PROFILE_KERNEL:-sm90_nvfp4_mma_gemm_kernel}"
+  PK="${PROFILE_KERNEL:-sm90_nvfp4_decode_gemm_kernel}"
   PT="${PROFILE_TOKENS:-1}"
   set +e
   timeout 200 ncu --clock-control none --kernel-name "regex:$PK" --launch-skip "${PROFILE_SKIP:-0}" --launch-count 1 \

@@ -28,9 +28,9 @@
 #ifdef NVFP4MOE_HAS_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/bench_ceilings.hpp"
+#include "cli/bench_ceilings.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/random_weights.hpp"
+#include "moe/random_weights.hpp"
 #endif
 
 namespace nvfp4moe::cli {

@@ -28,8 +28,8 @@
 #include <cuda_runtime.h>
 
 #include "cpu/cpu_moe.hpp"
-#include "cuda/random_weights.hpp"
 #include "ep/nccl_launcher.hpp"
+#include "moe/random_weights.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
 #endif
 

@@ -6,7 +6,7 @@
 
 #include "common/parallel.hpp"
 #include "cpu/cpu_moe.hpp"
-#include "cpu/router_math.hpp"
+#include "moe/router_math.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cpu {

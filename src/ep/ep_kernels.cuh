@@ -25,10 +25,10 @@
 
 #include <cstdint>
 
-#include "cuda/grouping_slots.cuh"
-#include "cuda/warp_scan.cuh"
-#include "ep/ep_local_experts.hpp"  // EpTileSink
+#include "cuda/kernels/grouping_slots.cuh"
+#include "cuda/kernels/warp_scan.cuh"
 #include "ep/ep_index.hpp"
+#include "ep/ep_local_experts.hpp"  // EpTileSink
 #include "nvfp4moe/moe.hpp"  // ErrorBits
 
 namespace nvfp4moe::ep {

@@ -2,16 +2,15 @@
 // ep_local_experts.hpp). Compiled WITHOUT fast-math: silu uses expf.
 #include <cuda_bf16.h>
 
-#include "cuda/combine.hpp"
+#include "cuda/backend/expert_gemm.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/expert_gemm.hpp"
-#include "cuda/operand_order.hpp"
-#include "cuda/sm90_nvfp4_mma_gemm.hpp"
-#include "cuda/sm90_nvfp4_stage.hpp"
-#include "cuda/quantize_act.hpp"
-#include "cuda/shared_expert.hpp"
-#include "cuda/sm90_nvfp4_grouped_gemm.hpp"
-#include "cuda/swiglu.cuh"
+#include "cuda/kernels/combine.hpp"
+#include "cuda/kernels/shared_expert.hpp"
+#include "cuda/kernels/sm90_nvfp4_decode_gemm.hpp"
+#include "cuda/kernels/staging.hpp"
+#include "cuda/kernels/swiglu.cuh"
+#include "cuda/layout/grouped_gemm_plan.hpp"
+#include "cuda/layout/operand_order.hpp"
 #include "ep/ep_local_experts.hpp"
 #include "format/nvfp4_codec.hpp"
 
@@ -207,9 +206,9 @@ EpLocalExperts::EpLocalExperts(const ExpertWeights& w, const MoeConfig& cfg, int
   // has it (the wgmma kernel), else the tile layout (the simple kernel).
   const cuda::PackedGeometry g13 = cuda::packed_geometry(cuda::Projection::GateUp, hidden_, inter_);
   const cuda::PackedGeometry g2 = cuda::packed_geometry(cuda::Projection::Down, hidden_, inter_);
-  if (cuda::mma_layout_fits(hidden_, inter_)) {
-    w13_frag_ = cuda::upload_mma_weights(cuda::Projection::GateUp, w.w13_codes, w.w13_scales, count_, hidden_, inter_);
-    w2_frag_ = cuda::upload_mma_weights(cuda::Projection::Down, w.w2_codes, w.w2_scales, count_, hidden_, inter_);
+  if (cuda::fragment_layout_fits(hidden_, inter_)) {
+    w13_frag_ = cuda::upload_fragment_weights(cuda::Projection::GateUp, w.w13_codes, w.w13_scales, count_, hidden_, inter_);
+    w2_frag_ = cuda::upload_fragment_weights(cuda::Projection::Down, w.w2_codes, w.w2_scales, count_, hidden_, inter_);
   } else {
     std::vector<uint8_t> t13(size_t(g13.bytes_per_expert()) * count_), t2(size_t(g2.bytes_per_expert()) * count_);
     for (int64_t e = 0; e < count_; ++e) {
@@ -285,9 +284,9 @@ void EpLocalExperts::requantize_h(const EpComputeArgs& a, int64_t deq_ld, cuda::
 void EpLocalExperts::run(const EpComputeArgs& a, cudaStream_t stream) {
   check_capacity(a);
   auto* tiles = reinterpret_cast<cuda::GemmTile*>(tiles_.get());
-  const cuda::MmaWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
-  const cuda::MmaWeights* frag13 = f13.codes ? &f13 : nullptr;
-  const cuda::MmaWeights* frag2 = f2.codes ? &f2 : nullptr;
+  const cuda::FragmentWeights f13 = w13_frag_.view(), f2 = w2_frag_.view();
+  const cuda::FragmentWeights* frag13 = f13.codes ? &f13 : nullptr;
+  const cuda::FragmentWeights* frag2 = f2.codes ? &f2 : nullptr;
   const cuda::ExpertGemmChoice gemm = cuda::expert_gemm_choice(count_, a.capacity, frag13, frag2);
   const cuda::OperandOrder order = gemm.operand_order(a.offsets + count_);
   ep_expand_operand_kernel<<<unsigned(a.capacity), kExpandThreads, size_t(hidden_) * 2, stream>>>(

@@ -25,8 +25,8 @@
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/operand_order.hpp"
-#include "cuda/sm90_nvfp4_mma_gemm.hpp"
+#include "cuda/kernels/sm90_nvfp4_decode_gemm.hpp"
+#include "cuda/layout/operand_order.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::ep {
@@ -75,7 +75,7 @@ class EpLocalExperts {
   cuda::DeviceBuffer<float> w13_global_, w2_global_, w2_static_g_;
   // the grouped GEMM's tile layout and operands
   cuda::DeviceBuffer<uint8_t> w13_tiles_, w2_tiles_;  // tile layout, only where the fragment layout does not fit
-  cuda::MmaWeightsDevice w13_frag_, w2_frag_;          // fragment layout (decode and wgmma kernels)
+  cuda::FragmentWeightsDevice w13_frag_, w2_frag_;          // fragment layout (decode and wgmma kernels)
   int64_t ld_act_ = 0, ld_h_deq_ = 0;
   cuda::DeviceBuffer<__nv_bfloat16> act_;       // [capacity, ld_act] value(q)*s of the received tokens
   cuda::DeviceBuffer<int32_t> identity_;        // [capacity] row -> row (the plan's pair map)

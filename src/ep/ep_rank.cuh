@@ -13,12 +13,11 @@
 #include <memory>
 #include <optional>
 
-#include "cuda/combine.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/error_word.hpp"
-#include "cuda/quantize_act.hpp"
-#include "cuda/sm90_nvfp4_stage.hpp"
-#include "cuda/router.hpp"
+#include "cuda/kernels/combine.hpp"
+#include "cuda/kernels/router.hpp"
+#include "cuda/kernels/staging.hpp"
 #include "ep/ep_index.hpp"
 #include "ep/ep_kernels.cuh"
 #include "ep/ep_local_experts.hpp"

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.hpp"
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {

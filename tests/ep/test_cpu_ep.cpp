@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "ep/cpu_ep_plan.hpp"
 #include "nvfp4moe/ep.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {
