@@ -335,7 +335,7 @@ void bind_engine(nb::module_& m) {
             out.topk_ids = optional_view(topk_ids_out_a, "topk_ids_out", true);
             out.topk_weights = optional_view(topk_weights_out_a, "topk_weights_out", true);
             nb::gil_scoped_release release;
-            e.forward(x, routing, out, reinterpret_cast<void*>(stream));
+            e.forward(x, routing, out, ForwardOptions{.stream = reinterpret_cast<void*>(stream)});
           },
           nb::arg("x"), nb::arg("topk_ids").none(), nb::arg("topk_weights").none(), nb::arg("token_ids").none(),
           nb::arg("y"), nb::arg("topk_ids_out").none(), nb::arg("topk_weights_out").none(), nb::arg("stream"),

@@ -197,7 +197,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
       ForwardOutputs out;
       out.y = make_view(y.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device);
       moe.forward(make_view(in.x.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device), r, out,
-                  stream.get());
+                  ForwardOptions{.stream = stream.get()});
     };
     for (int i = 0; i < warmup; ++i) forward(ss[size_t(i) % ss.size()]);
     std::vector<double> us;

@@ -177,14 +177,15 @@ int cmd_demo(int argc, char** argv) {
   for (const int64_t T : token_counts) {
     std::printf("--- %lld tokens\n", (long long)T);
     const std::vector<float> x = synthetic_hidden_states(cfg, seed + 1, T);
-    std::vector<int32_t> ids;
-    std::vector<float> wts;
     t0 = Clock::now();
-    std::vector<float> y = moe.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
+    HostResult r = moe.forward_host({.x = x, .tokens = T});
     const double first = seconds_since(t0);
     t0 = Clock::now();
     const std::clock_t c0 = std::clock();
-    for (int64_t i = 0; i < iters; ++i) y = moe.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
+    for (int64_t i = 0; i < iters; ++i) r = moe.forward_host({.x = x, .tokens = T});
+    const std::vector<float>& y = r.y;
+    const std::vector<int32_t>& ids = r.topk_ids;
+    const std::vector<float>& wts = r.topk_weights;
     const double per = seconds_since(t0) / double(iters);
     const double cpu_per = double(std::clock() - c0) / CLOCKS_PER_SEC / double(iters);
 

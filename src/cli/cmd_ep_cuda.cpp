@@ -155,13 +155,13 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
     EP_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     EP_CLI_CUDA(cudaEventCreate(&e0));
     EP_CLI_CUDA(cudaEventCreate(&e1));
-    for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, stream, bound);
+    for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, ForwardOptions{.stream = stream, .max_tokens_any_rank = bound});
     // --graph: one forward captured and replayed, so launch rate and GPU time separate.
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     if (use_graph) {
       EP_CLI_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      moe.forward(xv, r, out, stream, bound);
+      moe.forward(xv, r, out, ForwardOptions{.stream = stream, .max_tokens_any_rank = bound});
       EP_CLI_CUDA(cudaStreamEndCapture(stream, &graph));
       EP_CLI_CUDA(cudaGraphInstantiate(&exec, graph, 0));
       for (int i = 0; i < warmup; ++i) EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
@@ -171,7 +171,7 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
       if (use_graph) {
         EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
       } else {
-        moe.forward(xv, r, out, stream, bound);
+        moe.forward(xv, r, out, ForwardOptions{.stream = stream, .max_tokens_any_rank = bound});
       }
     }
     EP_CLI_CUDA(cudaEventRecord(e1, stream));
@@ -267,7 +267,7 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
   o.max_tokens_per_rank = std::max<int64_t>(1, ep_token_begin(T, R, 1));  // the largest chunk
   o.checked = true;
   NcclEpMoe moe(comm.get(), w, o);
-  const std::vector<float> y = moe.forward_host(x, n, ids, wts);
+  const std::vector<float> y = moe.forward_host({.x = x, .tokens = n, .topk_ids = ids, .topk_weights = wts}).y;
   std::vector<uint16_t> yb(y.size());
   for (size_t i = 0; i < y.size(); ++i) yb[i] = bf16_from_float(y[i]).bits;
   SafetensorsWriter part;

@@ -4,8 +4,9 @@
 #include <vector>
 
 #include "cpu/cpu_moe.hpp"
-#include "cpu/forward_args.hpp"
+#include "cpu/tensor_values.hpp"
 #include "moe/backend.hpp"
+#include "moe/forward_checks.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe {
@@ -23,13 +24,7 @@ class CpuBackend final : public MoeBackendImpl {
                 "cpu backend: expert weights are H=", w_.experts.hidden, " I=", w_.experts.intermediate,
                 ", config H=", c.hidden, " I=", c.intermediate);
     validate_router(c, w_.router);
-    if (c.l1_input == InputScaleMode::Static) {
-      NVFP4_CHECK(!w_.experts.w13_input_scale.empty(),
-                  "static L1 input scale requested but the weights carry no w13 input_scale");
-      l1_static_g_ = static_l1_scale(w_.experts);
-    }
-    NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w_.experts.w2_input_scale.empty(),
-                "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+    l1_static_g_ = static_l1_input_scale(c, w_.experts);  // used when the L1 input is static
     if (c.shared_experts > 0) {
       const int64_t n = c.shared_inter() * c.hidden;
       NVFP4_CHECK(int64_t(w_.shared.w1.size()) == n && int64_t(w_.shared.w3.size()) == n &&
@@ -41,11 +36,13 @@ class CpuBackend final : public MoeBackendImpl {
 
   const MoeConfig& config() const override { return w_.config; }
   Backend kind() const override { return Backend::Cpu; }
+  int device_index() const override { return 0; }
   void sync_errors() override {}  // errors are thrown at once on the CPU
 
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void*) override {
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               const ForwardOptions&) override {
     const MoeConfig& c = w_.config;
-    const CheckedForward a = check_forward_args(c, x, routing, out, DeviceKind::Cpu);
+    const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "Moe"});
     const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
 
     // Routing: caller's (checked before any work) or the router's.
@@ -71,15 +68,6 @@ class CpuBackend final : public MoeBackendImpl {
     forward_routed(xf.data(), T, ids.data(), weights.data(), out.y.ptr<Bf16>());
     if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
     if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
-  }
-
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
-                                  const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
-                                  const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
-                                  std::vector<float>* topk_weights_out) override {
-    return forward_host_with(
-        w_.config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o, nullptr); },
-        x, tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
   }
 
  private:
@@ -133,7 +121,7 @@ class CpuBackend final : public MoeBackendImpl {
 
   MoeWeights w_;
   int threads_ = 0;
-  float l1_static_g_ = NAN;
+  float l1_static_g_ = 0.0f;
 };
 
 }  // namespace cpu

@@ -28,11 +28,6 @@ void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float
 // The router's float logit of expert e for one token (exact products, double sum).
 float router_logit(const float* x, const float* gate_row, int64_t hidden);
 
-// Validates a router for `cfg`: gate [E, H] and bias [E] sizes, finite values,
-// tid2eid [vocab, k] entries in [0, E) when hash-routed. Throws naming the
-// tensor, index and value.
-void validate_router(const MoeConfig& cfg, const RouterWeights& router);
-
 // ---- routing checks -----------------------------------------------------------
 // Every id must be in [-1, E): else throws naming token, slot and id (spec 6,
 // checked before any work).
@@ -84,9 +79,5 @@ void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t t
 
 // The routed experts' weighting: contrib[p] = w_p * o[p] (FP32 product).
 void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden);
-
-// The static L1 scale: the max over ALL experts of w13_input_scale (vLLM's
-// convention), or NaN if the weights carry none.
-float static_l1_scale(const ExpertWeights& w);
 
 }  // namespace nvfp4moe::cpu

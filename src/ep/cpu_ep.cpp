@@ -17,7 +17,8 @@
 #include <cstring>
 
 #include "cpu/cpu_moe.hpp"
-#include "cpu/forward_args.hpp"
+#include "cpu/tensor_values.hpp"
+#include "moe/forward_checks.hpp"
 #include "ep/cpu_ep_plan.hpp"
 #include "ep/ep_index.hpp"
 #include "nvfp4moe/error.hpp"
@@ -30,7 +31,7 @@ struct CpuEpMoe::Impl {
   SharedExpertWeights shared;    // replicated on every rank
   std::vector<ExpertWeights> rank_experts;  // [R]: slice r, LOCAL ids
   CpuEpOptions options;
-  float l1_static_g = NAN;       // max over ALL experts, as one rank would read it from the checkpoint
+  float l1_static_g = 0.0f;      // static L1 g: the max over ALL experts
   CpuEpStats stats;
 
   int ranks() const { return int(rank_experts.size()); }
@@ -45,19 +46,13 @@ CpuEpMoe::CpuEpMoe(const MoeWeights& w, int ranks, const CpuEpOptions& options) 
               " ranks");
   NVFP4_CHECK(w.experts.count == c.experts && w.experts.first_expert == 0, "expert parallelism: needs all E=",
               c.experts, " experts to slice, got count=", w.experts.count, " first_expert=", w.experts.first_expert);
-  cpu::validate_router(c, w.router);
+  validate_router(c, w.router);
   Impl& m = *impl_;
   m.config = c;
   m.router = w.router;
   m.shared = w.shared;
   m.options = options;
-  if (c.l1_input == InputScaleMode::Static) {
-    NVFP4_CHECK(!w.experts.w13_input_scale.empty(),
-                "static L1 input scale requested but the weights carry no w13 input_scale");
-    m.l1_static_g = cpu::static_l1_scale(w.experts);
-  }
-  NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w.experts.w2_input_scale.empty(),
-              "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+  m.l1_static_g = static_l1_input_scale(c, w.experts);  // the max over ALL experts, as each rank reads it
   const int64_t per = c.experts / ranks;
   for (int r = 0; r < ranks; ++r) m.rank_experts.push_back(w.experts.slice(r * per, per));
 }
@@ -87,10 +82,11 @@ struct RecvEntry {
 
 }  // namespace
 
-void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out) {
+void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+                       const ForwardOptions&) {
   Impl& m = *impl_;
   const MoeConfig& c = m.config;
-  const cpu::CheckedForward a = cpu::check_forward_args(c, x, routing, out, DeviceKind::Cpu);
+  const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "CpuEpMoe"});
   const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
   const int R = m.ranks();
   const int threads = m.options.threads;
@@ -200,15 +196,6 @@ void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const Fo
     m.stats.tokens[size_t(s)] = plan.token_begin[size_t(s + 1)] - plan.token_begin[size_t(s)];
     for (int d = 0; d < R; ++d) m.stats.sent[size_t(s)] += plan.send_count[size_t(s * R + d)];
   }
-}
-
-std::vector<float> CpuEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
-                                          const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
-                                          const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
-                                          std::vector<float>* topk_weights_out) {
-  return cpu::forward_host_with(
-      impl_->config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o); }, x,
-      tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
 }
 
 }  // namespace nvfp4moe

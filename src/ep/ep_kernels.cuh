@@ -28,10 +28,18 @@
 #include "cuda/kernels/grouping_slots.cuh"
 #include "cuda/kernels/warp_scan.cuh"
 #include "ep/ep_index.hpp"
-#include "ep/ep_local_experts.hpp"  // EpTileSink
+#include "cuda/layout/grouped_gemm_plan.hpp"
 #include "nvfp4moe/moe.hpp"  // ErrorBits
 
 namespace nvfp4moe::ep {
+
+// Where the dispatch's placement writes the expert GEMMs' work list (tiles
+// of at most kGemmTileTokens receive rows of one expert) and its length;
+// null tiles: no list (nothing reads one).
+struct EpTileSink {
+  cuda::GemmTile* tiles = nullptr;
+  int32_t* num_tiles = nullptr;
+};
 
 // R segments of `stride` bytes in one allocation: the one-GPU emulation.
 struct EmulatedPeers {

@@ -84,10 +84,8 @@ TEST(EpCli, RunOnGpuRanksMatchesSingleGpu) {
 
   // The router on the rank (host router, same math as the GPU's).
   ASSERT_EQ(std::system((base + " --input " + in + " > /dev/null").c_str()), 0);
-  std::vector<int32_t> ids;
-  std::vector<float> wts;
   Moe single(w, MoeOptions{});
-  const std::vector<float> ref = single.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
+  const std::vector<float> ref = single.forward_host({.x = x, .tokens = T}).y;
   const std::vector<float> y2 = read_output(out, T, H);
   EXPECT_LE(rel_l2(y2, ref), 1e-2);
 

@@ -42,7 +42,7 @@ TEST_P(EpEmulation, MatchesSingleGpuOnRandomRouting) {
   EpCudaOptions o;
   o.max_tokens_per_rank = T;  // R = 1 holds them all
   EpCudaEmulation ep(w, R, o);
-  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y = ep.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   ep.sync_errors();
   EXPECT_EQ(count_non_finite(y), 0);
   EXPECT_LE(rel_l2(y, ref), kTol);
@@ -51,15 +51,15 @@ TEST_P(EpEmulation, MatchesSingleGpuOnRandomRouting) {
   EpCudaOptions ob = o;  // BF16 on the way back: within tolerance too
   ob.combine_bf16 = true;
   EpCudaEmulation ep_bf16(w, R, ob);
-  const std::vector<float> y_bf16 = ep_bf16.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y_bf16 = ep_bf16.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   ep_bf16.sync_errors();
   EXPECT_EQ(count_non_finite(y_bf16), 0);
   EXPECT_LE(rel_l2(y_bf16, ref), kTol) << "BF16 combine";
 
   o.reference_compute = true;
   EpCudaEmulation ep_ref(w, R, o), ep_ref1(w, 1, o);
-  const std::vector<float> y_ref = ep_ref.forward_host(x, T, r.ids, r.weights);
-  const std::vector<float> y_ref1 = ep_ref1.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y_ref = ep_ref.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
+  const std::vector<float> y_ref1 = ep_ref1.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   EXPECT_LE(rel_l2(y_ref, ref), kTol) << "scalar reference compute";
   EXPECT_EQ(std::memcmp(y_ref.data(), y_ref1.data(), y_ref.size() * 4), 0)
       << "R=" << R << " differs from R=1 with the same (reference) compute";
@@ -85,8 +85,8 @@ TEST_P(EpEmulation, SmallBatchOnALayerBuiltForLargeOnes) {
     SCOPED_TRACE(reference ? "reference compute" : "grouped GEMM");
     EpCudaEmulation big(w, R, EpCudaOptions{64, 0, 0.0f, false, reference});
     EpCudaEmulation exact(w, R, EpCudaOptions{3, 0, 0.0f, false, reference});
-    const std::vector<float> y_big = big.forward_host(x, T, r.ids, r.weights);
-    const std::vector<float> y_exact = exact.forward_host(x, T, r.ids, r.weights);
+    const std::vector<float> y_big = big.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
+    const std::vector<float> y_exact = exact.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
     big.sync_errors();
     exact.sync_errors();
     EXPECT_EQ(count_non_finite(y_big), 0);
@@ -99,7 +99,7 @@ TEST_P(EpEmulation, SmallBatchOnALayerBuiltForLargeOnes) {
     const int64_t T2 = 60 * R + 3;  // then a large batch (61 and 60 tokens per rank) on the same buffers
     const std::vector<float> x2 = random_normal(rng, T2 * H);
     const EpRouting r2 = random_routing(rng, T2, k, 0, cfg.experts, 0.1);
-    const std::vector<float> y2 = big.forward_host(x2, T2, r2.ids, r2.weights);
+    const std::vector<float> y2 = big.forward_host({.x = x2, .tokens = T2, .topk_ids = r2.ids, .topk_weights = r2.weights}).y;
     big.sync_errors();
     EXPECT_LE(rel_l2(y2, single_device_forward(w, x2, T2, r2)), kTol) << "large batch after a small one";
   }
@@ -119,7 +119,7 @@ TEST_P(EpEmulation, SkewedRoutingToOneRank) {
   const std::vector<float> x = random_normal(rng, T * H);
   const EpRouting r = random_routing(rng, T, cfg.top_k, cfg.experts - epr, cfg.experts, 0.1);
   EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
-  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y = ep.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   ep.sync_errors();
   EXPECT_EQ(count_non_finite(y), 0);
   EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
@@ -147,7 +147,10 @@ TEST_P(EpEmulation, CapacityOverflowIsReportedNotCorrupting) {
     for (int64_t j = 0; j < k; ++j) r.ids[size_t(t * k + j)] = j == 0 ? r1.ids[size_t(t * k)] : -1;
   const int64_t capacity = 12;  // rank 1 receives T/2 = 8 pairs: fits
   EpCudaEmulation ep(w, R, EpCudaOptions{T, capacity, 0.0f, false, false});
-  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  // The device forward: forward_host would report the error before returning y.
+  const EpDeviceBatch b(x, T, H, r, k);
+  ep.forward(b.x, b.routing, b.out);
+  const std::vector<float> y = b.y_values();
   try {
     ep.sync_errors();
     ADD_FAILURE() << "capacity overflow was not reported";
@@ -164,7 +167,7 @@ TEST_P(EpEmulation, CapacityOverflowIsReportedNotCorrupting) {
   EpRouting ok = r;
   for (int64_t t = 0; t < T / 2; ++t)
     for (int64_t j = 1; j < k; ++j) ok.ids[size_t(t * k + j)] = -1;  // rank 0 now gets 8 pairs
-  const std::vector<float> y2 = ep.forward_host(x, T, ok.ids, ok.weights);
+  const std::vector<float> y2 = ep.forward_host({.x = x, .tokens = T, .topk_ids = ok.ids, .topk_weights = ok.weights}).y;
   EXPECT_NO_THROW(ep.sync_errors());
   EXPECT_LE(rel_l2(y2, single_device_forward(w, x, T, ok)), kTol);
 }
@@ -187,7 +190,10 @@ TEST_P(EpEmulation, OutOfRangeExpertIdIsReported) {
   as_none.ids[1] = -1;
   as_none.ids[size_t(5 * k + 2)] = -1;
   EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
-  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  // The device forward: forward_host would report the error before returning y.
+  const EpDeviceBatch b(x, T, H, r, k);
+  ep.forward(b.x, b.routing, b.out);
+  const std::vector<float> y = b.y_values();
   try {
     ep.sync_errors();
     ADD_FAILURE() << "out-of-range expert id was not reported";
@@ -211,7 +217,7 @@ TEST_P(EpEmulation, NanStaysInItsToken) {
   x[size_t(bad * H + 17)] = NAN;
   const EpRouting r = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.0);
   EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
-  const std::vector<float> y = ep.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y = ep.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t nan = count_non_finite(rows_of(y, H, t, t + 1));
     if (t == bad)
@@ -248,7 +254,7 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   const RoutingArgs& ra = batch.routing;
 
   cuda::CudaStream stream;
-  ep.forward(xv, ra, batch.out, stream.get());
+  ep.forward(xv, ra, batch.out, {.stream = stream.get()});
   const std::vector<uint16_t> eager = batch.y_bits(stream.get());
   int64_t poisoned = 0;
   for (uint16_t b : eager) poisoned += b == kPoisonBf16;
@@ -257,7 +263,7 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   batch.dy.upload(poison.data(), poison.size(), stream.get());
   cudaGraph_t graph = nullptr;
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  ep.forward(xv, ra, batch.out, stream.get());
+  ep.forward(xv, ra, batch.out, {.stream = stream.get()});
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   // Rank 0's shared expert is a branch of its own beside its staging (the
   // graph's other root): it waits for nothing of the routed path.
@@ -280,7 +286,7 @@ TEST_P(EpEmulation, WritesEveryOutputAndReplaysAsGraph) {
   dy_odd.upload(odd.data(), odd.size());
   ForwardOutputs out_odd;
   out_odd.y = make_view(dy_odd.get() + 1, DType::BF16, {T, H}, DeviceKind::Cuda);
-  ep.forward(xv, ra, out_odd, stream.get());
+  ep.forward(xv, ra, out_odd, {.stream = stream.get()});
   dy_odd.download(odd.data(), odd.size(), stream.get());
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   EXPECT_EQ(std::memcmp(eager.data(), odd.data() + 1, eager.size() * 2), 0) << "unaligned output differs from eager";
@@ -304,8 +310,6 @@ TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
     std::vector<int32_t> tid(static_cast<size_t>(T));
     for (auto& t : tid) t = int32_t(rng.below(std::max<int64_t>(1, w.router.vocab)));
 
-    std::vector<int32_t> ref_ids;
-    std::vector<float> ref_w;
     std::unique_ptr<Moe> single;
     try {
       MoeOptions mo;
@@ -315,8 +319,12 @@ TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
     } catch (const Error&) {
       single = std::make_unique<Moe>(w, MoeOptions{});
     }
-    const std::vector<float> ref =
-        single->forward_host(x, T, nullptr, nullptr, hash ? &tid : nullptr, &ref_ids, &ref_w);
+    HostBatch batch{.x = x, .tokens = T};
+    if (hash) batch.token_ids = tid;
+    const HostResult one = single->forward_host(batch);
+    const std::vector<float>& ref = one.y;
+    const std::vector<int32_t>& ref_ids = one.topk_ids;
+    const std::vector<float>& ref_w = one.topk_weights;
 
     EpCudaEmulation ep(w, R, EpCudaOptions{T, 0, 0.0f, false, false});
     cuda::DeviceBuffer<float> dx(size_t(T * H)), dw(size_t(T * k));
@@ -330,7 +338,7 @@ TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
     out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
     out.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
     out.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
-    ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), ra, out, nullptr);
+    ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), ra, out);
     std::vector<int32_t> ids(size_t(T * k));
     std::vector<float> wts(size_t(T * k));
     std::vector<uint16_t> yb(size_t(T * H));
@@ -348,7 +356,7 @@ TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
 
     if (hash) {  // without token ids a hash layer cannot route: a host error, named
       try {
-        ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), RoutingArgs{}, out, nullptr);
+        ep.forward(make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda), RoutingArgs{}, out);
         ADD_FAILURE() << "hash-routed forward without token_ids accepted";
       } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("hash-routed: token_ids [T] is required"), std::string::npos)
@@ -376,7 +384,7 @@ TEST(EpEmulationErrors, BadInputsAreNamed) {
   const int64_t H = cfg.hidden, k = cfg.top_k;
   auto forward = [&](int64_t T, const std::vector<int32_t>& ids) {
     return [&ep, T, H, ids] {
-      ep.forward_host(std::vector<float>(size_t(T * H), 0.5f), T, ids, std::vector<float>(ids.size(), 1.0f));
+      ep.forward_host({.x = std::vector<float>(size_t(T * H), 0.5f), .tokens = T, .topk_ids = ids, .topk_weights = std::vector<float>(ids.size(), 1.0f)});
     };
   };
   expect_error(forward(9, std::vector<int32_t>(size_t(9 * k), 0)), {"T=9 tokens exceed the capacity of 8 tokens"});

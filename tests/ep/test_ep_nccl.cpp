@@ -39,26 +39,26 @@ TEST(EpNccl, SingleRankMatchesEmulationAndSingleGpu) {
   EpCudaEmulation emu(w, 1, o);
   EXPECT_EQ(nccl.symm_bytes(), emu.segment_bytes()) << "one layout for both transports";
 
-  const std::vector<float> y = nccl.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y = nccl.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   nccl.sync_errors();
   EXPECT_EQ(count_non_finite(y), 0);
   EXPECT_LE(rel_l2(y, single_device_forward(w, x, T, r)), kTol);
-  const std::vector<float> y_emu = emu.forward_host(x, T, r.ids, r.weights);
+  const std::vector<float> y_emu = emu.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
   EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL R=1 differs from the emulation R=1";
   {  // with the row-independent scalar compute both transports give the same bits
     EpCudaOptions ro = o;
     ro.reference_compute = true;
     NcclEpMoe nccl_ref(comm.get(), w, ro);
     EpCudaEmulation emu_ref(w, 1, ro);
-    const std::vector<float> a = nccl_ref.forward_host(x, T, r.ids, r.weights);
-    const std::vector<float> b = emu_ref.forward_host(x, T, r.ids, r.weights);
+    const std::vector<float> a = nccl_ref.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
+    const std::vector<float> b = emu_ref.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "NCCL R=1 and emulation R=1 differ (reference)";
     EXPECT_LE(rel_l2(a, y), kTol) << "reference compute vs grouped GEMM";
   }
 
   // A second forward on the same buffers (flags, counters reset by staging).
   const EpRouting r2 = random_routing(rng, T, cfg.top_k, 0, cfg.experts, 0.5);
-  const std::vector<float> y2 = nccl.forward_host(x, T, r2.ids, r2.weights);
+  const std::vector<float> y2 = nccl.forward_host({.x = x, .tokens = T, .topk_ids = r2.ids, .topk_weights = r2.weights}).y;
   nccl.sync_errors();
   EXPECT_LE(rel_l2(y2, single_device_forward(w, x, T, r2)), kTol);
 }
@@ -76,7 +76,10 @@ TEST(EpNccl, SingleRankReportsCapacityAndBadIds) {
   r.ids[3] = 1000;
   ep::NcclComm comm = ep::NcclComm::single_rank();
   NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, /*recv_capacity=*/7, 0.0f, false, false});
-  const std::vector<float> y = nccl.forward_host(x, T, r.ids, r.weights);
+  // The device forward: forward_host would report the errors before returning y.
+  const EpDeviceBatch b(x, T, H, r, k);
+  nccl.forward(b.x, b.routing, b.out);
+  const std::vector<float> y = b.y_values();
   try {
     nccl.sync_errors();
     ADD_FAILURE() << "errors not reported";
@@ -117,14 +120,14 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
   const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
   cuda::CudaStream stream;
   batch.dy.upload(poison.data(), poison.size(), stream.get());
-  nccl.forward(batch.x, batch.routing, batch.out, stream.get());
+  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
   const std::vector<uint16_t> eager = batch.y_bits(stream.get());
   for (uint16_t b : eager) ASSERT_NE(b, kPoisonBf16) << "output left unwritten";
 
   batch.dy.upload(poison.data(), poison.size(), stream.get());
   cudaGraph_t graph = nullptr;
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  nccl.forward(batch.x, batch.routing, batch.out, stream.get());
+  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   cudaGraphExec_t exec = nullptr;
   NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -141,7 +144,7 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
 std::vector<float> forward_bounded(NcclEpMoe& nccl, const std::vector<float>& x, int64_t T, int64_t H,
                                    const EpRouting& r, int64_t k, int64_t bound) {
   EpDeviceBatch b(x, T, H, r, k);
-  nccl.forward(b.x, b.routing, b.out, nullptr, bound);
+  nccl.forward(b.x, b.routing, b.out, {.max_tokens_any_rank = bound});
   return b.y_values();
 }
 
@@ -225,11 +228,11 @@ TEST(EpMultiGpuWorker, Rank) {
     chunk.ids.assign(r.ids.begin() + b * k, r.ids.begin() + e * k);
     chunk.weights.assign(r.weights.begin() + b * k, r.weights.begin() + e * k);
     const std::vector<float> xc = rows_of(x, H, b, e);
-    const std::vector<float> y = nccl.forward_host(xc, e - b, chunk.ids, chunk.weights);
+    const std::vector<float> y = nccl.forward_host({.x = xc, .tokens = e - b, .topk_ids = chunk.ids, .topk_weights = chunk.weights}).y;
     nccl.sync_errors();
     EXPECT_EQ(count_non_finite(y), 0);
     EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol);
-    const std::vector<float> y_emu = rows_of(emu.forward_host(x, T, r.ids, r.weights), H, b, e);
+    const std::vector<float> y_emu = rows_of(emu.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y, H, b, e);
     EXPECT_LE(rel_l2(y, y_emu), 1e-5) << "NCCL rank differs from the emulated rank";
   }
   {  // Ranks passing different token bounds (each its own T: a misuse). A
@@ -269,7 +272,7 @@ TEST(EpMultiGpuWorker, Rank) {
   chunk.ids.assign(routings[0].ids.begin() + b * k, routings[0].ids.begin() + e * k);
   chunk.weights.assign(routings[0].weights.begin() + b * k, routings[0].weights.begin() + e * k);
   const std::vector<float> xc = rows_of(x, H, b, e);
-  const std::vector<float> y = nccl_bf16.forward_host(xc, e - b, chunk.ids, chunk.weights);
+  const std::vector<float> y = nccl_bf16.forward_host({.x = xc, .tokens = e - b, .topk_ids = chunk.ids, .topk_weights = chunk.weights}).y;
   nccl_bf16.sync_errors();
   EXPECT_LE(rel_l2(y, single_device_forward(w, xc, e - b, chunk)), kTol) << "BF16 combine";
 }

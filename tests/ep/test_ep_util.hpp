@@ -71,12 +71,12 @@ inline std::vector<float> single_device_forward(const MoeWeights& w, const std::
     moe = std::make_unique<Moe>(w, MoeOptions{});
     if (which) *which = "cpu";
   }
-  return moe->forward_host(x, T, &r.ids, &r.weights);
+  return moe->forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
 }
 
 inline std::vector<float> cpu_forward(const MoeWeights& w, const std::vector<float>& x, int64_t T, const EpRouting& r) {
   Moe moe(w, MoeOptions{});
-  return moe.forward_host(x, T, &r.ids, &r.weights);
+  return moe.forward_host({.x = x, .tokens = T, .topk_ids = r.ids, .topk_weights = r.weights}).y;
 }
 
 // A batch on the device as a forward takes it: x f32 [T, H], the caller's

@@ -25,32 +25,11 @@
 
 #include <cstdint>
 #include <ostream>
-#include <vector>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/layout/fragment_layout.hpp"
 #include "cuda/layout/grouped_gemm_plan.hpp"
 
 namespace nvfp4moe::cuda {
-
-// One projection's weights of all local experts in the fragment layout.
-struct FragmentWeights {
-  const uint8_t* codes = nullptr;   // [E_local] x geometry.code_bytes_per_expert()
-  const uint8_t* scales = nullptr;  // [E_local] x geometry.scale_bytes_per_expert()
-  FragmentGeometry geometry;
-};
-
-// Owning device copy of one projection in the fragment layout.
-struct FragmentWeightsDevice {
-  DeviceBuffer<uint8_t> codes, scales;
-  FragmentGeometry geometry;
-  FragmentWeights view() const { return FragmentWeights{codes.get(), scales.get(), geometry}; }
-};
-// Packs `count` experts' linear bytes (ExpertWeights: w13 [count, 2I, H/2] /
-// [count, 2I, H/16], or w2 [count, H, I/2] / [count, H, I/16]) into the
-// fragment layout, in parallel batches, and uploads them.
-FragmentWeightsDevice upload_fragment_weights(Projection p, const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
-                                    int64_t count, int64_t hidden, int64_t intermediate);
 
 struct Sm90DecodeGemmConfig {
   int n_tiles = 1;  // n8 token tiles per item (1, 2 or 4)

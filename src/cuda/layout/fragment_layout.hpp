@@ -76,6 +76,13 @@ struct FragmentGeometry {
   int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * 32 * 16; }
   int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * 32 * 4; }
 };
+// One projection's weights of all local experts in the fragment layout.
+struct FragmentWeights {
+  const uint8_t* codes = nullptr;   // [E_local] x geometry.code_bytes_per_expert()
+  const uint8_t* scales = nullptr;  // [E_local] x geometry.scale_bytes_per_expert()
+  FragmentGeometry geometry;
+};
+
 // Whether a layer of this H, I has the fragment layout (both projections):
 // I % 8 == 0 and H, I multiples of 128.
 bool fragment_layout_fits(int64_t hidden, int64_t intermediate);

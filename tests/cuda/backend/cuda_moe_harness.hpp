@@ -72,7 +72,7 @@ inline GpuOutput gpu_forward(Moe& m, const std::vector<float>& x, int64_t T, con
   o.topk_ids = make_view(dio.get(), DType::I32, {T, k}, DeviceKind::Cuda);
   o.topk_weights = make_view(dwo.get(), DType::F32, {T, k}, DeviceKind::Cuda);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
-  m.forward(vx, r, o, stream);
+  m.forward(vx, r, o, {.stream = stream});
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   GpuOutput out;
   std::vector<uint16_t> yb(size_t(T * H));

@@ -66,9 +66,9 @@ GpuOutput check_against_cpu(Moe& gpu, Moe& cpu, const MoeWeights& w, int64_t T, 
   std::vector<int32_t> gid = rows_of(g.ids, k, sub);
   std::vector<float> gw = rows_of(g.weights, k, sub);
   if (!ids) {  // the router must select identically
-    std::vector<int32_t> cid;
-    std::vector<float> cw;
-    cpu.forward_host(xs, S, nullptr, nullptr, nullptr, &cid, &cw);
+    const HostResult c = cpu.forward_host({.x = xs, .tokens = S});
+    const std::vector<int32_t>& cid = c.topk_ids;
+    const std::vector<float>& cw = c.topk_weights;
     EXPECT_EQ(cid, gid) << "router selection differs from the CPU";
     for (size_t i = 0; i < cw.size(); ++i) EXPECT_NEAR(gw[i], cw[i], 1e-6f * std::fabs(cw[i]) + 1e-7f) << "weight " << i;
   } else {
@@ -76,7 +76,7 @@ GpuOutput check_against_cpu(Moe& gpu, Moe& cpu, const MoeWeights& w, int64_t T, 
   }
   // CPU on the subset with the GPU's routing (local ids for an EP slice).
   for (int32_t& e : gid) e = (e >= first && e < first + n) ? int32_t(e - first) : -1;
-  std::vector<float> ys = cpu.forward_host(xs, S, &gid, &gw);
+  std::vector<float> ys = cpu.forward_host({.x = xs, .tokens = S, .topk_ids = gid, .topk_weights = gw}).y;
   double norm = 0;
   for (float v : ys) norm += double(v) * v;
   EXPECT_GT(norm, 1e-6 * double(ys.size())) << "the reference output is (nearly) zero: the comparison would prove nothing";
@@ -157,11 +157,9 @@ TEST(CudaMoe, HashRoutingMatchesCpu) {
   std::vector<int32_t> tok(static_cast<size_t>(T));
   for (auto& t : tok) t = int32_t(rng.below(512));
   GpuOutput g = gpu_forward(gpu, x, T, nullptr, nullptr, &tok);
-  std::vector<int32_t> cid;
-  std::vector<float> cw;
-  std::vector<float> yc = cpu.forward_host(x, T, nullptr, nullptr, &tok, &cid, &cw);
-  EXPECT_EQ(g.ids, cid);
-  EXPECT_LE(rel_l2(g.y, yc), kTol);
+  const HostResult c = cpu.forward_host({.x = x, .tokens = T, .token_ids = tok});
+  EXPECT_EQ(g.ids, c.topk_ids);
+  EXPECT_LE(rel_l2(g.y, c.y), kTol);
   // A token id outside [0, vocab) is reported, not a crash.
   tok[3] = 100000;
   gpu_forward(gpu, x, T, nullptr, nullptr, &tok);
@@ -270,7 +268,7 @@ TEST(CudaMoe, OutOfRangeExpertIdIsReportedOthersIntact) {
   Moe checked = gpu_moe(w, 64, /*checked=*/true);
   EXPECT_THROW(gpu_forward(checked, x, T, &bad, &wt), Error);
   // forward_host is synchronising: it reports too.
-  EXPECT_THROW(gpu.forward_host(x, T, &bad, &wt), Error);
+  EXPECT_THROW(gpu.forward_host({.x = x, .tokens = T, .topk_ids = bad, .topk_weights = wt}).y, Error);
 }
 
 TEST(CudaMoe, TokensAboveCapacityAndBadTensorsAreHostErrors) {
@@ -280,7 +278,7 @@ TEST(CudaMoe, TokensAboveCapacityAndBadTensorsAreHostErrors) {
   Moe gpu = gpu_moe(w, 16);
   std::vector<float> x(size_t(17 * cfg.hidden), 0.5f);
   try {
-    gpu.forward_host(x, 17);
+    gpu.forward_host({.x = x, .tokens = 17}).y;
     FAIL() << "T above capacity accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -352,14 +350,14 @@ TEST(CudaMoe, GraphCaptureReplaysIdentically) {
   ForwardOutputs o;
   o.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
   TensorView vx = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
-  gpu.forward(vx, {}, o, s.get());  // eager (also warms cuBLAS up outside the capture)
+  gpu.forward(vx, {}, o, {.stream = s.get()});  // eager (also warms cuBLAS up outside the capture)
   std::vector<uint16_t> eager(size_t(T * H)), replay(size_t(T * H));
   dy.download(eager.data(), eager.size(), s.get());
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
 
   cudaGraph_t graph;
   NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
-  gpu.forward(vx, {}, o, s.get());
+  gpu.forward(vx, {}, o, {.stream = s.get()});
   NVFP4_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
   cudaGraphExec_t exec;
   NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
