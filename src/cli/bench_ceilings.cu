@@ -31,8 +31,9 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint32_t se
   }
 }
 
-template <typename Fn>
-double median_ms(int iters, Fn&& fn) {
+}  // namespace
+
+double median_time_us(int iters, const std::function<void()>& fn) {
   CudaEvent a, b;
   std::vector<float> ms;
   fn();  // warm-up
@@ -46,10 +47,8 @@ double median_ms(int iters, Fn&& fn) {
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return 1e3 * ms[ms.size() / 2];
 }
-
-}  // namespace
 
 double measure_read_bandwidth(int64_t bytes, int iters) {
   const int64_t n = bytes / 16;
@@ -58,11 +57,20 @@ double measure_read_bandwidth(int64_t bytes, int iters) {
   NVFP4_CUDA_CHECK(cudaMemset(buf.get(), 1, buf.bytes()));
   int sms = 0;
   NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double ms = median_ms(iters, [&] {
+  const double us = median_time_us(iters, [&] {
     read_sum_kernel<<<sms * 8, 512>>>(buf.get(), n, sink.get());
     NVFP4_CUDA_CHECK_LAUNCH("read_sum_kernel");
   });
-  return double(n * 16) / (ms * 1e-3);
+  return double(n * 16) / (us * 1e-6);
+}
+
+double measure_copy_bandwidth(int64_t bytes, int iters) {
+  DeviceBuffer<uint8_t> src{size_t(bytes)}, dst{size_t(bytes)};
+  NVFP4_CUDA_CHECK(cudaMemset(src.get(), 1, src.bytes()));
+  const double us = median_time_us(iters, [&] {
+    NVFP4_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), size_t(bytes), cudaMemcpyDeviceToDevice, nullptr));
+  });
+  return 2.0 * double(bytes) / (us * 1e-6);
 }
 
 double measure_bf16_gemm_flops(int64_t m, int64_t n, int64_t k, int iters) {
@@ -72,8 +80,8 @@ double measure_bf16_gemm_flops(int64_t m, int64_t n, int64_t k, int iters) {
   fill_random_bf16_kernel<<<1024, 256>>>(b.get(), n * k, 2u);
   NVFP4_CUDA_CHECK_LAUNCH("fill_random_bf16_kernel");
   CublasHandle h;
-  const double ms = median_ms(iters, [&] { gemm_bf16_rowmajor_bt(h.get(), a.get(), b.get(), c.get(), m, n, k); });
-  return 2.0 * double(m) * double(n) * double(k) / (ms * 1e-3);
+  const double us = median_time_us(iters, [&] { gemm_bf16_rowmajor_bt(h.get(), a.get(), b.get(), c.get(), m, n, k); });
+  return 2.0 * double(m) * double(n) * double(k) / (us * 1e-6);
 }
 
 }  // namespace nvfp4moe::cuda

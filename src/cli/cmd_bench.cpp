@@ -22,6 +22,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
 
@@ -65,16 +66,6 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 using cuda::DeviceBuffer;
 
-struct Splitmix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
-
 // One forward's inputs on the device.
 struct InputSet {
   int64_t tokens = 0, pairs = 0, experts_touched = 0;
@@ -86,7 +77,7 @@ struct InputSet {
 // Routing for `src_tokens` tokens x top-k of E (distinct per token, uniform);
 // slots outside [first, first+count) -> -1; with drop_empty, tokens without a
 // local slot are dropped (the ep8 rank's view).
-InputSet make_input(Splitmix& rng, int64_t src_tokens, const MoeConfig& c, int64_t first, int64_t count,
+InputSet make_input(SplitMix64& rng, int64_t src_tokens, const MoeConfig& c, int64_t first, int64_t count,
                     bool drop_empty) {
   const int64_t k = c.top_k, H = c.hidden;
   std::vector<int32_t> ids;
@@ -161,7 +152,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
   const int64_t H = c.hidden, I = c.intermediate, k = c.top_k;
 
   // Inputs first (their sizes decide max_tokens): a few sets per T, rotated.
-  Splitmix rng{seed};
+  SplitMix64 rng{seed};
   std::vector<std::vector<InputSet>> sets;
   int64_t max_tokens = 1;
   for (int64_t T : tlist) {

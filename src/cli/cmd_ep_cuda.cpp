@@ -21,6 +21,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -55,23 +56,17 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // Uniform top-k routing: k distinct GLOBAL experts per token, weights 1/k.
 void uniform_routing(uint64_t seed, int64_t T, int64_t k, int64_t E, std::vector<int32_t>& ids,
                      std::vector<float>& w) {
   ids.resize(size_t(T * k));
   w.assign(size_t(T * k), 1.0f / float(k));
+  SplitMix64 rng{seed};
   std::vector<int32_t> pool(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t e = 0; e < E; ++e) pool[size_t(e)] = int32_t(e);
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t pick = j + int64_t(splitmix(seed) % uint64_t(E - j));
+      const int64_t pick = j + int64_t(rng.next() % uint64_t(E - j));
       std::swap(pool[size_t(j)], pool[size_t(pick)]);
       ids[size_t(t * k + j)] = pool[size_t(j)];
     }
@@ -129,11 +124,11 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
     const int64_t bound = unbounded ? 0 : T;
     NcclEpMoe moe(comm.get(), w, o);
     std::vector<float> x(size_t(T * H));
-    uint64_t s = seed * 1315423911u + uint64_t(me) * 2654435761u + uint64_t(T);
-    for (float& v : x) v = float(int64_t(splitmix(s) % 2001) - 1000) * 1e-3f;
+    SplitMix64 rng{seed * 1315423911u + uint64_t(me) * 2654435761u + uint64_t(T)};
+    for (float& v : x) v = float(int64_t(rng.next() % 2001) - 1000) * 1e-3f;
     std::vector<int32_t> ids;
     std::vector<float> wts;
-    uniform_routing(s, T, k, cfg.experts, ids, wts);
+    uniform_routing(rng.state, T, k, cfg.experts, ids, wts);
     float *dx = nullptr, *dw = nullptr;
     int32_t* di = nullptr;
     void* dy = nullptr;

@@ -43,7 +43,7 @@ class CpuBackend final : public MoeBackendImpl {
                const ForwardOptions&) override {
     const MoeConfig& c = w_.config;
     const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "Moe"});
-    const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
+    const int64_t T = a.tokens, k = c.top_k;
 
     // Routing: caller's (checked before any work) or the router's.
     std::vector<int32_t> ids(static_cast<size_t>(T * k));

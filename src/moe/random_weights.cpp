@@ -4,21 +4,14 @@
 #include <cmath>
 
 #include "common/parallel.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cuda {
 
 namespace {
 
-struct SplitMix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+struct SplitMix : SplitMix64 {
   float normal() {
     const double u1 = 1.0 - uniform(), u2 = uniform();
     return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));

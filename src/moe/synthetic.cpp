@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/parallel.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -23,18 +24,14 @@ namespace {
 // Tensor tags: part of every row's stream key.
 enum Tag : uint64_t { kW1 = 1, kW3, kW2, kGate, kBias, kSharedW1, kSharedW3, kSharedW2, kTid2eid, kInput, kScales };
 
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t z) { return splitmix64_mix(z); }
 
 // One row's stream: splitmix64 keyed by (seed, tag, expert, row).
 struct RowStream {
-  uint64_t s;
+  SplitMix64 g;
   RowStream(uint64_t seed, uint64_t tag, int64_t expert, int64_t row)
-      : s(mix64(mix64(mix64(seed ^ (tag * 0x9e3779b97f4a7c15ull)) + uint64_t(expert)) + uint64_t(row))) {}
-  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
+      : g{mix64(mix64(mix64(seed ^ (tag * kSplitMixGamma)) + uint64_t(expert)) + uint64_t(row))} {}
+  uint64_t next() { return g.next(); }
   // ~N(0, 1): Irwin-Hall of four 16-bit uniforms, mean 2, variance 1/3.
   float normal() {
     uint64_t r = next();

@@ -12,6 +12,7 @@
 
 #include "nvfp4moe/error.hpp"
 
+#include "common/splitmix.hpp"
 #include "nvfp4moe/types.hpp"
 
 namespace nvfp4moe::test {
@@ -19,20 +20,15 @@ namespace nvfp4moe::test {
 // splitmix64: small, fast, reproducible across platforms.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }            // [0, 1)
+  explicit Rng(uint64_t seed) : g_{seed} {}
+  uint64_t next() { return g_.next(); }
+  double uniform() { return g_.uniform(); }                                 // [0, 1)
   float uniform(float lo, float hi) { return lo + float(uniform()) * (hi - lo); }
   float normal();
   int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
 
  private:
-  uint64_t s_;
+  SplitMix64 g_;
 };
 
 // A fresh seed per run (NVFP4MOE_TEST_SEED overrides), so tests see new inputs
