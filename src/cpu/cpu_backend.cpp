@@ -43,31 +43,14 @@ class CpuBackend final : public MoeBackendImpl {
                const ForwardOptions&) override {
     const MoeConfig& c = w_.config;
     const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "Moe"});
-    const int64_t T = a.tokens, k = c.top_k;
+    const int64_t T = a.tokens;
 
     // Routing: caller's (checked before any work) or the router's.
-    std::vector<int32_t> ids(static_cast<size_t>(T * k));
-    std::vector<float> weights(static_cast<size_t>(T * k));
-    if (a.caller_routing) {
-      if (routing.topk_ids.dtype == DType::I32)
-        check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
-      else
-        check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
-      ids = values_i32(routing.topk_ids);
-      const float* tw = routing.topk_weights.ptr<const float>();
-      weights.assign(tw, tw + T * k);
-    }
-    std::vector<float> xf = values_f32(x);
-    if (!a.caller_routing) {
-      std::vector<int64_t> token_ids;
-      if (routing.token_ids.ndim != 0) token_ids = values_i64(routing.token_ids);
-      route_tokens(c, w_.router, xf.data(), T, token_ids.empty() ? nullptr : token_ids.data(), ids.data(),
-                   weights.data(), threads_);
-    }
-
-    forward_routed(xf.data(), T, ids.data(), weights.data(), out.y.ptr<Bf16>());
-    if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
-    if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
+    const std::vector<float> xf = values_f32(x);
+    const Routing r = forward_routing(c, w_.router, routing, a.caller_routing, xf.data(), {0, T}, threads_);
+    forward_routed(xf.data(), T, r.ids.data(), r.weights.data(), out.y.ptr<Bf16>());
+    if (a.want_ids) std::copy(r.ids.begin(), r.ids.end(), out.topk_ids.ptr<int32_t>());
+    if (a.want_weights) std::copy(r.weights.begin(), r.weights.end(), out.topk_weights.ptr<float>());
   }
 
  private:

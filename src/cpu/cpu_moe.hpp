@@ -28,6 +28,17 @@ void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float
 // The router's float logit of expert e for one token (exact products, double sum).
 float router_logit(const float* x, const float* gate_row, int64_t hidden);
 
+// The routing of a forward whose tensors check_forward_args accepted: the
+// caller's GLOBAL ids (checked to be in [-1, E)) and weights, or the
+// router's, run on each chunk [chunks[i], chunks[i + 1]) of the batch (an
+// expert-parallel rank routes its own tokens). x: f32 values [T, H].
+struct Routing {
+  std::vector<int32_t> ids;   // [T, k]
+  std::vector<float> weights;  // [T, k]
+};
+Routing forward_routing(const MoeConfig& cfg, const RouterWeights& router, const RoutingArgs& routing,
+                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads);
+
 // ---- routing checks -----------------------------------------------------------
 // Every id must be in [-1, E): else throws naming token, slot and id (spec 6,
 // checked before any work).

@@ -36,7 +36,7 @@ constexpr int kProducerRegisters = 80;
 constexpr int kConsumerRegisters = 200;
 // setmaxnreg.inc takes registers only from what the CTA's setmaxnreg.dec gave
 // back (SASS: USETMAXREG.TRY_ALLOC.CTAPOOL); a consumer warp asking for more
-// waits forever (bench/NOTES.md, session 12: 216 hung the GPU tests). The
+// waits forever (216 hung the GPU tests). The
 // launch gives every thread 65536 / 384 registers, in steps of 8: 168.
 constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
 static_assert(kConsumerWarps * 32 * (kConsumerRegisters - kLaunchRegisters) <=
@@ -208,232 +208,311 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
     }
 }
 
+// The CTA's view of its shared memory, carved once from a 1024-byte aligned
+// base (Smem's named offsets), and of its work list.
 template <Projection P, int kBlockN>
-__device__ __forceinline__ void wgmma_gemm_cta(const GroupedGemmPlan& plan, const FragmentWeights& w, const WgmmaMaps& maps,
-                                               TokenBlocks mode) {
+struct Cta {
   using S = Smem<kBlockN>;
-  constexpr int kStages = S::kStages;
-  constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
-  constexpr bool kGather = P == Projection::GateUp;  // operand rows by cp.async, else by TMA
+  static constexpr int kStages = S::kStages;
+  static constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
+  static constexpr bool kGather = P == Projection::GateUp;  // operand rows by cp.async, else by TMA
   // A stage is full once the TMA bytes have landed (one expect_tx arrival)
   // and, when gathering, every producer thread's cp.async.
-  constexpr int kFullArrivals = 1 + (kGather ? kProducerThreads : 0);
-  constexpr uint32_t kTmaBytes = S::kCodeStage + S::kScaleStage + (kGather ? 0 : S::kActStage);
+  static constexpr int kFullArrivals = 1 + (kGather ? kProducerThreads : 0);
+  static constexpr uint32_t kTmaBytes = S::kCodeStage + S::kScaleStage + (kGather ? 0 : S::kActStage);
 
-  if (!plan_selected(plan)) return;
+  uint32_t act_base, code_base, scale_base;  // the stage rings (shared-window addresses)
+  uint64_t act_desc0;                        // wgmma descriptor of operand stage 0
+  uint32_t full_bar, empty_bar;              // [kStages] each
+  uint32_t meta_full_bar, meta_empty_bar;    // [kMetaSlots] each
+  ColumnMeta* meta;                          // [kMetaSlots][kBlockN] epilogue operands of a tile
+  int32_t* tile_rows;                        // [kBlockN] operand row of each position of a tile
+  int32_t* offsets;                          // [local + 1] group starts
+  int32_t* prefix;                           // [local + 1] tiles before each expert
+  int32_t local = 0, total = 0;              // local experts; tiles of this launch
+  int64_t m_tiles = 0, k_stages = 0;
 
-  // Shared memory split.
+  __device__ Tile tile(int32_t t, TokenBlocks mode) const { return tile_at<kBlockN>(t, offsets, prefix, local, mode); }
+};
+
+// Shared memory carved, the group starts copied, the work list's prefix over
+// experts built (warp 0), the barriers initialised (thread 0).
+template <Projection P, int kBlockN>
+__device__ __forceinline__ Cta<P, kBlockN> setup_cta(const GroupedGemmPlan& plan, const FragmentWeights& w,
+                                                     TokenBlocks mode, int tid, int warp, int lane) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
   extern __shared__ uint8_t smem_raw[];
   // Offsetting smem_raw itself (no round trip through an integer) keeps the
   // compiler aware that every pointer below is shared: LDS/STS, not generic
   // loads on the long-scoreboard path.
   uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-  const uint32_t act_base = ptx::smem_addr(smem + S::kAct);
-  const uint64_t act_desc0 = ptx::smem_desc_k_major_sw128(act_base);
-  const uint32_t code_base = ptx::smem_addr(smem + S::kCode);
-  const uint32_t scale_base = ptx::smem_addr(smem + S::kScale);
-  const uint32_t full_bar = ptx::smem_addr(smem + S::kFull);
-  const uint32_t empty_bar = ptx::smem_addr(smem + S::kEmpty);
-  const uint32_t meta_full_bar = ptx::smem_addr(smem + S::kMetaFull);
-  const uint32_t meta_empty_bar = ptx::smem_addr(smem + S::kMetaEmpty);
-  ColumnMeta* meta = reinterpret_cast<ColumnMeta*>(smem + S::kMeta);
-  int32_t* tile_rows = reinterpret_cast<int32_t*>(smem + S::kRows);
-  const int32_t local = int32_t(plan.local_experts);
-  int32_t* offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
-  int32_t* prefix = offsets + local + 1;
+  C c;
+  c.act_base = ptx::smem_addr(smem + S::kAct);
+  c.act_desc0 = ptx::smem_desc_k_major_sw128(c.act_base);
+  c.code_base = ptx::smem_addr(smem + S::kCode);
+  c.scale_base = ptx::smem_addr(smem + S::kScale);
+  c.full_bar = ptx::smem_addr(smem + S::kFull);
+  c.empty_bar = ptx::smem_addr(smem + S::kEmpty);
+  c.meta_full_bar = ptx::smem_addr(smem + S::kMetaFull);
+  c.meta_empty_bar = ptx::smem_addr(smem + S::kMetaEmpty);
+  c.meta = reinterpret_cast<ColumnMeta*>(smem + S::kMeta);
+  c.tile_rows = reinterpret_cast<int32_t*>(smem + S::kRows);
+  c.local = int32_t(plan.local_experts);
+  c.offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
+  c.prefix = c.offsets + c.local + 1;
+  c.m_tiles = w.geometry.m_tiles;
+  c.k_stages = w.geometry.k_chunks / kStageChunks;
+  const int32_t m_blocks = int32_t((c.m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
 
-  const int tid = int(threadIdx.x), lane = tid % 32;
-  // Broadcast, so that the compiler sees the warp index (and the role
-  // branches on it) as warp-uniform and keeps the wgmma descriptors in
-  // uniform registers. Without it every wgmma waited on two R2UR moves and
-  // their fixed stall (bench/NOTES.md, session 5: 5-12 % of GEMM time).
-  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
-  const int64_t m_tiles = w.geometry.m_tiles, k_chunks = w.geometry.k_chunks;
-  const int64_t k_stages = k_chunks / kStageChunks;
-  const int32_t m_blocks = int32_t((m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
-
-  // The group starts, the work list's prefix over experts (warp 0), barriers (thread 0).
-  for (int e = tid; e <= local; e += kThreads) offsets[e] = plan.offsets[e];
+  for (int e = tid; e <= c.local; e += kThreads) c.offsets[e] = plan.offsets[e];
   __syncthreads();
   if (warp == 0) {
     int32_t carry = 0;
-    if (lane == 0) prefix[0] = 0;
-    for (int32_t base = 0; base < local; base += 32) {
+    if (lane == 0) c.prefix[0] = 0;
+    for (int32_t base = 0; base < c.local; base += 32) {
       const int32_t e = base + lane;
       const int32_t v =
-          warp_inclusive_sum(e < local ? token_blocks<kBlockN>(offsets[e + 1] - offsets[e], mode) * m_blocks : 0);
-      if (e < local) prefix[e + 1] = carry + v;
+          warp_inclusive_sum(e < c.local ? token_blocks<kBlockN>(c.offsets[e + 1] - c.offsets[e], mode) * m_blocks : 0);
+      if (e < c.local) c.prefix[e + 1] = carry + v;
       carry += __shfl_sync(0xffffffffu, v, 31);
     }
   }
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full_bar + 8 * s, kFullArrivals);
-      ptx::mbarrier_init(empty_bar + 8 * s, kConsumerWarps);
+    for (int s = 0; s < C::kStages; ++s) {
+      ptx::mbarrier_init(c.full_bar + 8 * s, C::kFullArrivals);
+      ptx::mbarrier_init(c.empty_bar + 8 * s, kConsumerWarps);
     }
     for (int s = 0; s < S::kMetaSlots; ++s) {
-      ptx::mbarrier_init(meta_full_bar + 8 * s, kProducerThreads);
-      ptx::mbarrier_init(meta_empty_bar + 8 * s, kConsumerWarps);
+      ptx::mbarrier_init(c.meta_full_bar + 8 * s, kProducerThreads);
+      ptx::mbarrier_init(c.meta_empty_bar + 8 * s, kConsumerWarps);
     }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
-  const int32_t total = prefix[local];
+  c.total = c.prefix[c.local];
+  return c;
+}
 
-  if (warp >= kConsumerWarps) {
-    // ---- producer: code runs and scale words by TMA, operand rows by TMA or cp.async ----
-    ptx::setmaxnreg_dec<kProducerRegisters>();
-    const int ptid = tid - 32 * kConsumerWarps;
-    if (ptid == 0) {
-      ptx::prefetch_tensor_map(&maps.codes);
-      ptx::prefetch_tensor_map(&maps.scales);
-      if constexpr (!kGather) ptx::prefetch_tensor_map(&maps.act);
-    }
-    // This thread's 16-byte unit of each operand chunk row: fixed; rows ptid / 8 + 16 j.
-    const int unit = ptid % (kActAtomBytes / 16);
-    constexpr int kRowsPerPass = kProducerThreads / (kActAtomBytes / 16);
-    RingPosition<kStages> ring;
-    RingPosition<S::kMetaSlots> meta_ring;
-    for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
-      const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local, mode);
-      // The tile's operand rows (for the gather) and epilogue operands (for the consumers).
-      ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
-      ptx::mbarrier_wait_parity(meta_empty_bar + 8 * meta_ring.stage, meta_ring.phase ^ 1);
-      ptx::named_barrier_sync(1, kProducerThreads);  // the previous tile's copies were issued: rows may change
-      for (int r = ptid; r < tile.rows; r += kProducerThreads) {
-        const int32_t pos = tile.begin + r, pair = plan.pair_of_pos[pos];
-        const int32_t row = P == Projection::GateUp ? pair / plan.top_k : pos;
-        tile_rows[r] = row;
-        tile_meta[r] = ColumnMeta{plan.act_g[row], pair, P == Projection::Down ? plan.topk_weights[pair] : 0.0f};
-      }
-      ptx::mbarrier_arrive(meta_full_bar + 8 * meta_ring.stage);
-      ptx::named_barrier_sync(1, kProducerThreads);
-      const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
-      for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
-        const uint32_t full = full_bar + 8 * ring.stage;
-        ptx::mbarrier_wait_parity(empty_bar + 8 * ring.stage, ring.phase ^ 1);
-        if (ptid == 0) {
-          // NOTES: one TMA box per stage for the codes (16 KB) and one for
-          // the scales; session 3's 1 KB bulk copies per m-tile were slower
-          // than cp.async, and session 5 measured cp.async's loads alone at
-          // ~44 GB/s per SM (bench/NOTES.md). Rows past the expert's last
-          // m-tile read as zero and are never stored.
-          ptx::mbarrier_arrive_expect_tx(full, kTmaBytes);
-          ptx::tma_load_3d(code_base + ring.stage * S::kCodeStage, &maps.codes, full,
-                           int32_t(ks * (kStageChunks * kFragBytes / 4)), int32_t(mt0), tile.expert);
-          ptx::tma_load_3d(scale_base + ring.stage * S::kScaleStage, &maps.scales, full,
-                           int32_t(ks * (kScaleWordBytes / 4)), int32_t(mt0), tile.expert);
-          if constexpr (!kGather) {  // positions tile.begin.. (columns past tile.rows are never stored)
-#pragma unroll
-            for (int c = 0; c < kStageChunks; ++c)
-              ptx::tma_load_2d(act_base + ring.stage * S::kActStage + c * S::kActChunk, &maps.act, full,
-                               int32_t(ks * kStageK + c * kMmaChunkK), tile.begin);
-          }
-        }
-        if constexpr (kGather) {
-          // Operand rows (already in k-slot order, operand_order.hpp): 16-byte units into the 128B swizzle
-          // (unit ^ row % 8).
-          const uint32_t act_stage = act_base + ring.stage * S::kActStage;
-#pragma unroll 4
-          for (int r = ptid / (kActAtomBytes / 16); r < tile.rows; r += kRowsPerPass) {
-            const __nv_bfloat16* src = plan.act + int64_t(tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
-            const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
-#pragma unroll
-            for (int c = 0; c < kStageChunks; ++c) ptx::cp_async_16_shared(dst + c * S::kActChunk, src + c * kMmaChunkK);
-          }
-          ptx::cp_async_mbarrier_arrive_noinc(full);
-        }
-      }
-    }
-    if constexpr (kGather) ptx::cp_async_wait<0>();
-    return;
+// Producer, per tile: the operand row (for the gather) and the epilogue
+// operands (for the consumers) of each position, into the tile's meta slot.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void produce_tile_meta(const GroupedGemmPlan& plan, const Cta<P, kBlockN>& c,
+                                                  const Tile& tile, const RingPosition<Smem<kBlockN>::kMetaSlots>& slot,
+                                                  int ptid) {
+  ColumnMeta* tile_meta = c.meta + slot.stage * kBlockN;
+  ptx::mbarrier_wait_parity(c.meta_empty_bar + 8 * slot.stage, slot.phase ^ 1);
+  ptx::named_barrier_sync(1, kProducerThreads);  // the previous tile's copies were issued: rows may change
+  for (int r = ptid; r < tile.rows; r += kProducerThreads) {
+    const int32_t pos = tile.begin + r, pair = plan.pair_of_pos[pos];
+    const int32_t row = P == Projection::GateUp ? pair / plan.top_k : pos;
+    c.tile_rows[r] = row;
+    tile_meta[r] = ColumnMeta{plan.act_g[row], pair, P == Projection::Down ? plan.topk_weights[pair] : 0.0f};
   }
+  ptx::mbarrier_arrive(c.meta_full_bar + 8 * slot.stage);
+  ptx::named_barrier_sync(1, kProducerThreads);
+}
 
-  // ---- consumers: warpgroup wg owns m-tiles 8 wg .. 8 wg + 7 of each tile's block ----
-  ptx::setmaxnreg_inc<kConsumerRegisters>();
-  const int wg = warp / 4, wwarp = warp % 4;
-  RingPosition<kStages> ring;
-  RingPosition<S::kMetaSlots> meta_ring;
-  for (int32_t t = blockIdx.x; t < total; t += gridDim.x, meta_ring.advance()) {
-    const Tile tile = tile_at<kBlockN>(t, offsets, prefix, local, mode);
-    const ColumnMeta* tile_meta = meta + meta_ring.stage * kBlockN;
-    const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
-    const bool live = mt_wg < m_tiles;  // warpgroup-uniform
-
-    float acc[2][kAccPerTile];
+// Producer, per stage: the m-tiles' code runs and scale words (and Down's
+// operand chunks) by TMA from one thread; GateUp's operand rows, gathered
+// by pair, by every thread's cp.async.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void produce_stage(const GroupedGemmPlan& plan, const WgmmaMaps& maps,
+                                              const Cta<P, kBlockN>& c, const Tile& tile, int64_t ks,
+                                              const RingPosition<Smem<kBlockN>::kStages>& ring, int ptid) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
+  const uint32_t full = c.full_bar + 8 * ring.stage;
+  ptx::mbarrier_wait_parity(c.empty_bar + 8 * ring.stage, ring.phase ^ 1);
+  if (ptid == 0) {
+    // NOTES: one TMA box per stage for the codes (16 KB) and one for the
+    // scales: 1 KB bulk copies per m-tile were slower than cp.async, and
+    // cp.async's loads alone reached ~44 GB/s per SM. Rows past the expert's
+    // last m-tile read as zero and are never stored.
+    const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
+    ptx::mbarrier_arrive_expect_tx(full, C::kTmaBytes);
+    ptx::tma_load_3d(c.code_base + ring.stage * S::kCodeStage, &maps.codes, full,
+                     int32_t(ks * (kStageChunks * kFragBytes / 4)), int32_t(mt0), tile.expert);
+    ptx::tma_load_3d(c.scale_base + ring.stage * S::kScaleStage, &maps.scales, full,
+                     int32_t(ks * (kScaleWordBytes / 4)), int32_t(mt0), tile.expert);
+    if constexpr (!C::kGather) {  // positions tile.begin.. (columns past tile.rows are never stored)
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int i = 0; i < kAccPerTile; ++i) {
-        acc[j][i] = 0.0f;
-        ptx::wgmma_fence_operand(acc[j][i]);
-      }
-
-    if (live) {
-      // NOTES: software-pipelined in sub-steps q = (chunk c, m64 tile j), 4
-      // per stage: the A fragments of sub-step q + 1 are dequantized while
-      // the 4 wgmmas of q run (two 16-register A buffers; 2 x 64
-      // accumulators leave no room for more), and a stage is released once
-      // the wgmmas of its last sub-step are done.
-      uint32_t a[2][4][4];
-      auto dequant = [&](int stage, int c, int j, uint32_t(&dst)[4][4]) {
-        const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
-        const uint32_t scales = ptx::ld_shared_u32(scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
-        const uint4 frag = ptx::ld_shared_v4(code_base + stage * S::kCodeStage + (m * kStageChunks + c) * kFragBytes + lane * 16);
-        dequant_fragment_chunk(frag, scales >> (16 * c), dst);
-      };
-      ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
-      if constexpr (kGather) ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
-      dequant(ring.stage, 0, 0, a[0]);
-      for (int64_t ks = 0; ks < k_stages; ++ks) {
-        const uint64_t act_desc = ptx::smem_desc_advance(act_desc0, ring.stage * S::kActStage);
-#pragma unroll
-        for (int q = 0; q < 2 * kStageChunks; ++q) {
-          const int c = q / 2, j = q % 2;
-          ptx::wgmma_fence();
-#pragma unroll
-          for (int s = 0; s < 4; ++s)
-            wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_advance(act_desc, c * S::kActChunk + s * 32));
-          ptx::wgmma_commit_group();
-          ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
-          if (q == 0 && ks > 0) {
-            __syncwarp();
-            if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ((ring.stage + kStages - 1) % kStages));
-          }
-          if (q + 1 < 2 * kStageChunks) {
-            dequant(ring.stage, (q + 1) / 2, (q + 1) % 2, a[(q + 1) % 2]);
-          } else if (ks + 1 < k_stages) {
-            RingPosition<kStages> next = ring;
-            next.advance();
-            ptx::mbarrier_wait_parity(full_bar + 8 * next.stage, next.phase);
-            if constexpr (kGather) ptx::fence_proxy_async_shared();
-            dequant(next.stage, 0, 0, a[0]);
-          }
-        }
-        ring.advance();
-      }
-      ptx::wgmma_wait_group<0>();
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ((ring.stage + kStages - 1) % kStages));
-    } else {  // a warpgroup without m-tiles in this block still keeps the ring in step
-      for (int64_t ks = 0; ks < k_stages; ++ks, ring.advance()) {
-        ptx::mbarrier_wait_parity(full_bar + 8 * ring.stage, ring.phase);
-        __syncwarp();
-        if (lane == 0) ptx::mbarrier_arrive(empty_bar + 8 * ring.stage);
-      }
+      for (int ch = 0; ch < kStageChunks; ++ch)
+        ptx::tma_load_2d(c.act_base + ring.stage * S::kActStage + ch * S::kActChunk, &maps.act, full,
+                         int32_t(ks * kStageK + ch * kMmaChunkK), tile.begin);
     }
+  }
+  if constexpr (C::kGather) {
+    // Operand rows (already in k-slot order, operand_order.hpp): 16-byte
+    // units into the 128B swizzle (unit ^ row % 8). This thread's unit of
+    // each chunk row is fixed; its rows are ptid / 8 + 16 j.
+    constexpr int kUnitsPerRow = kActAtomBytes / 16, kRowsPerPass = kProducerThreads / kUnitsPerRow;
+    const int unit = ptid % kUnitsPerRow;
+    const uint32_t act_stage = c.act_base + ring.stage * S::kActStage;
+#pragma unroll 4
+    for (int r = ptid / kUnitsPerRow; r < tile.rows; r += kRowsPerPass) {
+      const __nv_bfloat16* src = plan.act + int64_t(c.tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
+      const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int i = 0; i < kAccPerTile; ++i) ptx::wgmma_fence_operand(acc[j][i]);
-    ptx::mbarrier_wait_parity(meta_full_bar + 8 * meta_ring.stage, meta_ring.phase);
-    if (live) store_tile<P, kBlockN>(plan, tile, tile_meta, mt_wg, m_tiles, wwarp, lane, acc);
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(meta_empty_bar + 8 * meta_ring.stage);
+      for (int ch = 0; ch < kStageChunks; ++ch)
+        ptx::cp_async_16_shared(dst + ch * S::kActChunk, src + ch * kMmaChunkK);
+    }
+    ptx::cp_async_mbarrier_arrive_noinc(full);
   }
 }
 
-// The kernel: one persistent CTA (wgmma_gemm_cta), bracketed for
+// The producer warpgroup: every tile of this CTA, stage by stage.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void producer(const GroupedGemmPlan& plan, const WgmmaMaps& maps, const Cta<P, kBlockN>& c,
+                                         TokenBlocks mode, int ptid) {
+  using C = Cta<P, kBlockN>;
+  if (ptid == 0) {
+    ptx::prefetch_tensor_map(&maps.codes);
+    ptx::prefetch_tensor_map(&maps.scales);
+    if constexpr (!C::kGather) ptx::prefetch_tensor_map(&maps.act);
+  }
+  RingPosition<C::kStages> ring;
+  RingPosition<C::S::kMetaSlots> meta_ring;
+  for (int32_t t = blockIdx.x; t < c.total; t += gridDim.x, meta_ring.advance()) {
+    const Tile tile = c.tile(t, mode);
+    produce_tile_meta(plan, c, tile, meta_ring, ptid);
+    for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance()) produce_stage(plan, maps, c, tile, ks, ring, ptid);
+  }
+  if constexpr (C::kGather) ptx::cp_async_wait<0>();
+}
+
+// Consumer warp's A fragments of m64 tile j, chunk ch of a stage: exact
+// dequantization from shared memory (fragment_dequant.cuh).
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void dequant_a(const Cta<P, kBlockN>& c, int stage, int ch, int j, int wg, int wwarp,
+                                          int lane, uint32_t (&dst)[4][4]) {
+  using S = Smem<kBlockN>;
+  const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
+  const uint32_t scales = ptx::ld_shared_u32(c.scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
+  const uint4 frag =
+      ptx::ld_shared_v4(c.code_base + stage * S::kCodeStage + (m * kStageChunks + ch) * kFragBytes + lane * 16);
+  dequant_fragment_chunk(frag, scales >> (16 * ch), dst);
+}
+
+// Consumer main loop of one tile: the tile's K in stages of the ring.
+// NOTES: software-pipelined in sub-steps q = (chunk ch, m64 tile j), 4 per
+// stage: the A fragments of sub-step q + 1 are dequantized while the 4
+// wgmmas of q run (two 16-register A buffers; 2 x 64 accumulators leave no
+// room for more), and a stage is released once the wgmmas of its last
+// sub-step are done.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void consume_tile(const Cta<P, kBlockN>& c, RingPosition<Smem<kBlockN>::kStages>& ring,
+                                             int wg, int wwarp, int lane, float (&acc)[2][kBlockN / 2]) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
+  uint32_t a[2][4][4];
+  ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
+  if constexpr (C::kGather) ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
+  dequant_a(c, ring.stage, 0, 0, wg, wwarp, lane, a[0]);
+  for (int64_t ks = 0; ks < c.k_stages; ++ks) {
+    const uint64_t act_desc = ptx::smem_desc_advance(c.act_desc0, ring.stage * S::kActStage);
+#pragma unroll
+    for (int q = 0; q < 2 * kStageChunks; ++q) {
+      const int ch = q / 2, j = q % 2;
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_advance(act_desc, ch * S::kActChunk + s * 32));
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
+      if (q == 0 && ks > 0) {
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ((ring.stage + C::kStages - 1) % C::kStages));
+      }
+      if (q + 1 < 2 * kStageChunks) {
+        dequant_a(c, ring.stage, (q + 1) / 2, (q + 1) % 2, wg, wwarp, lane, a[(q + 1) % 2]);
+      } else if (ks + 1 < c.k_stages) {
+        RingPosition<C::kStages> next = ring;
+        next.advance();
+        ptx::mbarrier_wait_parity(c.full_bar + 8 * next.stage, next.phase);
+        if constexpr (C::kGather) ptx::fence_proxy_async_shared();
+        dequant_a(c, next.stage, 0, 0, wg, wwarp, lane, a[0]);
+      }
+    }
+    ring.advance();
+  }
+  ptx::wgmma_wait_group<0>();
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ((ring.stage + C::kStages - 1) % C::kStages));
+}
+
+// A warpgroup without m-tiles in a tile's block still keeps the ring in step.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void skip_tile(const Cta<P, kBlockN>& c, RingPosition<Smem<kBlockN>::kStages>& ring,
+                                          int lane) {
+  for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance()) {
+    ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ring.stage);
+  }
+}
+
+// The consumer warpgroups: warpgroup wg owns m-tiles 8 wg .. 8 wg + 7 of
+// each tile's block; per tile the main loop, then the epilogue.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void consumers(const GroupedGemmPlan& plan, const Cta<P, kBlockN>& c, TokenBlocks mode,
+                                          int warp, int lane) {
+  using C = Cta<P, kBlockN>;
+  const int wg = warp / 4, wwarp = warp % 4;
+  RingPosition<C::kStages> ring;
+  RingPosition<C::S::kMetaSlots> meta_ring;
+  for (int32_t t = blockIdx.x; t < c.total; t += gridDim.x, meta_ring.advance()) {
+    const Tile tile = c.tile(t, mode);
+    const ColumnMeta* tile_meta = c.meta + meta_ring.stage * kBlockN;
+    const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
+    const bool live = mt_wg < c.m_tiles;  // warpgroup-uniform
+
+    float acc[2][C::kAccPerTile];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < C::kAccPerTile; ++i) {
+        acc[j][i] = 0.0f;
+        ptx::wgmma_fence_operand(acc[j][i]);
+      }
+    if (live)
+      consume_tile(c, ring, wg, wwarp, lane, acc);
+    else
+      skip_tile(c, ring, lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < C::kAccPerTile; ++i) ptx::wgmma_fence_operand(acc[j][i]);
+    ptx::mbarrier_wait_parity(c.meta_full_bar + 8 * meta_ring.stage, meta_ring.phase);
+    if (live) store_tile<P, kBlockN>(plan, tile, tile_meta, mt_wg, c.m_tiles, wwarp, lane, acc);
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(c.meta_empty_bar + 8 * meta_ring.stage);
+  }
+}
+
+// One persistent CTA: setup, then the producer warpgroup and the two
+// consumer warpgroups, each with its register budget.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void prefill_gemm_cta(const GroupedGemmPlan& plan, const FragmentWeights& w,
+                                                 const WgmmaMaps& maps, TokenBlocks mode) {
+  if (!plan_selected(plan)) return;
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  // Broadcast, so that the compiler sees the warp index (and the role
+  // branches on it) as warp-uniform and keeps the wgmma descriptors in
+  // uniform registers. Without it every wgmma waited on two R2UR moves and
+  // their fixed stall (5-12 % of GEMM time).
+  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
+  const Cta<P, kBlockN> c = setup_cta<P, kBlockN>(plan, w, mode, tid, warp, lane);
+  if (warp >= kConsumerWarps) {
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    producer(plan, maps, c, mode, tid - 32 * kConsumerWarps);
+    return;
+  }
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  consumers(plan, c, mode, warp, lane);
+}
+
+// The kernel: one persistent CTA (prefill_gemm_cta), bracketed for
 // programmatic dependent launch — the next kernel may start on the SMs this
 // grid frees, and this grid completes only after the one it may overlap
 // (Sm90PrefillGemmConfig::overlap_previous), so completion stays in stream order.
@@ -442,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_nvfp4_prefill_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ FragmentWeights w,
                                  const __grid_constant__ WgmmaMaps maps, TokenBlocks mode) {
   ptx::griddep_launch_dependents();
-  wgmma_gemm_cta<P, kBlockN>(plan, w, maps, mode);
+  prefill_gemm_cta<P, kBlockN>(plan, w, maps, mode);
   ptx::griddep_wait();
 }
 
