@@ -48,20 +48,6 @@ constexpr const char* kUsage =
     "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
     "                      token bound; docs/ep.md)\n";
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    NVFP4_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos,
-                "--tokens: '", item, "' is not a positive integer");
-    v.push_back(std::stoll(item));
-    NVFP4_CHECK(v.back() > 0, "--tokens: token counts must be > 0, got ", v.back());
-  }
-  NVFP4_CHECK(!v.empty(), "--tokens: empty list");
-  return v;
-}
-
 #ifdef NVFP4MOE_HAS_CUDA
 
 using cuda::DeviceBuffer;
@@ -164,7 +150,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  MoeWeights w = cuda::make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
+  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
   MoeOptions o;
   o.backend = Backend::Cuda;
   o.device = device;
@@ -240,10 +226,9 @@ int cmd_bench(int argc, char** argv) {
   const std::string workload = args.get("workload", "both");
   NVFP4_CHECK(workload == "ep8" || workload == "ep1" || workload == "both", "--workload: '", workload,
               "', expected ep8, ep1 or both");
-  const std::vector<int64_t> tlist = parse_list(args.get("tokens", "1,8,64,512,2048,8192"));
+  const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192", 1, 8192);
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   NVFP4_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0, got ", iters, " and ", warmup);
-  for (int64_t T : tlist) NVFP4_CHECK(T <= 8192, "--tokens: at most 8192 tokens per row, got ", T);
 #ifndef NVFP4MOE_HAS_CUDA
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else

@@ -7,7 +7,7 @@
 #include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 
-namespace nvfp4moe::cuda {
+namespace nvfp4moe {
 
 namespace {
 
@@ -112,4 +112,4 @@ MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t fi
   return w;
 }
 
-}  // namespace nvfp4moe::cuda
+}  // namespace nvfp4moe

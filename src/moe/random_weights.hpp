@@ -11,7 +11,7 @@
 
 #include "nvfp4moe/moe.hpp"
 
-namespace nvfp4moe::cuda {
+namespace nvfp4moe {
 
 // Experts [first, first + count) of `cfg` (count 0: all E), router (gate,
 // bias, tid2eid of `vocab` rows when cfg.hash_routed), shared expert, and
@@ -19,4 +19,4 @@ namespace nvfp4moe::cuda {
 MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t first = 0, int64_t count = 0,
                                  int64_t vocab = 1024);
 
-}  // namespace nvfp4moe::cuda
+}  // namespace nvfp4moe

@@ -107,7 +107,7 @@ TEST(CudaMoe, SmallGeometriesRouterMatchesCpu) {
   k1.top_k = 1;
   k1.scoring = Scoring::Sigmoid;
   for (MoeConfig cfg : {small_demo_config(), odd_config(), k1}) {
-    MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+    MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
     Moe gpu = gpu_moe(w, 300);
     Moe cpu = cpu_twin(w);
     for (int64_t T : {1, 7, 64, 300}) check_against_cpu(gpu, cpu, w, T, rng.next());
@@ -119,7 +119,7 @@ TEST(CudaMoe, Bf16InputAndInt64Ids) {
   const uint64_t seed = fresh_seed();
   Rng rng(seed);
   const MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 64);
   Moe cpu = cpu_twin(w);
   check_against_cpu(gpu, cpu, w, 33, rng.next(), nullptr, nullptr, /*x_bf16=*/true);
@@ -136,7 +136,7 @@ TEST(CudaMoe, StaticInputScales) {
   MoeConfig cfg = small_demo_config();
   cfg.l1_input = InputScaleMode::Static;
   cfg.l2_input = InputScaleMode::Static;
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 128);
   Moe cpu = cpu_twin(w);
   check_against_cpu(gpu, cpu, w, 128, rng.next());
@@ -149,7 +149,7 @@ TEST(CudaMoe, HashRoutingMatchesCpu) {
   Rng rng(seed);
   MoeConfig cfg = small_demo_config();
   cfg.hash_routed = true;
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next(), 0, 0, 512);
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next(), 0, 0, 512);
   Moe gpu = gpu_moe(w, 64);
   Moe cpu = cpu_twin(w);
   const int64_t T = 50, H = cfg.hidden;
@@ -176,7 +176,7 @@ TEST(CudaMoe, CallerRoutingWithMinusOneSlots) {
   const uint64_t seed = fresh_seed();
   Rng rng(seed);
   MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 100);
   Moe cpu = cpu_twin(w);
   std::vector<int32_t> ids;
@@ -195,7 +195,7 @@ TEST(CudaMoe, DeepSeekV4ProEp8Rank) {
   Rng rng(seed);
   const MoeConfig cfg = dsv4_pro_config();
   const int64_t rank = rng.below(8), first = rank * 48;
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next(), first, 48);
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next(), first, 48);
   Moe gpu = gpu_moe(w, 4096);
   Moe cpu = cpu_twin(w);
   for (int64_t T : {1, 64, 512}) {
@@ -221,7 +221,7 @@ TEST(CudaMoe, DeepSeekV4ProEp1Router) {
   const uint64_t seed = fresh_seed();
   Rng rng(seed);
   const MoeConfig cfg = dsv4_pro_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 4096);
   Moe cpu = cpu_twin(w);
   w = MoeWeights{};  // 14 GB less on the host
@@ -237,7 +237,7 @@ TEST(CudaMoe, OutOfRangeExpertIdIsReportedOthersIntact) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 64);
   const int64_t T = 20, H = cfg.hidden, k = cfg.top_k;
   std::vector<float> x = random_normal(rng, T * H);
@@ -274,7 +274,7 @@ TEST(CudaMoe, OutOfRangeExpertIdIsReportedOthersIntact) {
 TEST(CudaMoe, TokensAboveCapacityAndBadTensorsAreHostErrors) {
   SKIP_WITHOUT_GPU();
   const MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, 1);
+  MoeWeights w = make_random_nvfp4_moe(cfg, 1);
   Moe gpu = gpu_moe(w, 16);
   std::vector<float> x(size_t(17 * cfg.hidden), 0.5f);
   try {
@@ -312,7 +312,7 @@ TEST(CudaMoe, NanTokenOnlyAffectsItself) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 32);
   const int64_t T = 12, H = cfg.hidden, k = cfg.top_k;
   std::vector<float> x = random_normal(rng, T * H);
@@ -339,7 +339,7 @@ TEST(CudaMoe, GraphCaptureReplaysIdentically) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const MoeConfig cfg = small_demo_config();
-  MoeWeights w = cuda::make_random_nvfp4_moe(cfg, rng.next());
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
   Moe gpu = gpu_moe(w, 64);
   const int64_t T = 64, H = cfg.hidden;
   std::vector<float> x = random_normal(rng, T * H);
