@@ -1,4 +1,4 @@
-// Expert ids from the caller are checked before any work (spec 6): each must
+// Expert ids from the caller are checked before any work (docs/numerics.md §6): each must
 // be a GLOBAL id in [0, E) or -1 ("no expert").
 #include "cpu/cpu_moe.hpp"
 #include "nvfp4moe/error.hpp"
