@@ -66,14 +66,14 @@ fi
 # slowest translation unit is paid once, not once per variant.
 JOBS=$(( $(nproc) / ${#VARIANTS[@]} + 1 ))
 build_variant() {
-  local i="$1" spec="${VARIANTS[$1]}" src="$ROOT" flags patch_file
-  [[ "$spec" == "-" ]] && spec=""
-  flags="$spec"
+  local i="$1" variant="${VARIANTS[$1]}" src="$ROOT" flags patch_file
+  [[ "$variant" == "-" ]] && variant=""
+  flags="$variant"
   : > "$OUT/ab_build_$i.log"
-  if [[ "$spec" == patch:* ]]; then
-    spec="${spec#patch:}"
-    patch_file="${spec%% *}"
-    flags="${spec#"$patch_file"}"
+  if [[ "$variant" == patch:* ]]; then
+    variant="${variant#patch:}"
+    patch_file="${variant%% *}"
+    flags="${variant#"$patch_file"}"
     src="$ROOT/build-ab$i-src"
     rm -rf "$src" && mkdir -p "$src"
     tar -C "$ROOT" --exclude='./build*' --exclude='./.deps' --exclude='./.git' -cf - . | tar -C "$src" -xf -
