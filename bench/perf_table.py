@@ -105,7 +105,8 @@ def layer_table(csv_path, log_path):
         with open(log_path) as f:
             m = next((re.search(r"ceilings \(([^)]*)\): (.*)", line) for line in f if line.startswith("ceilings")), None)
         if m:
-            out.append(f"Ceilings ({m.group(1)}): {m.group(2).strip()}.")
+            how = "measured in the same run" if m.group(1) == "measured now" else f"({m.group(1)})"
+            out.append(f"Ceilings {how}: {m.group(2).strip()}.")
             out.append("")
     out.append("| workload | T | tokens | pairs | experts touched | forward us | GB | GFLOP | roofline us | fraction |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
