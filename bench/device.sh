@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one script run on the GPU machine through the device tool:
+# The one script run on the GPU machine, from the repository root:
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.

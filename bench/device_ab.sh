@@ -22,7 +22,7 @@
 #                           [--cli "ARGS"]... VARIANT...
 #   e.g. bench/device_ab.sh --tokens 1,8 - "-DNVFP4MOE_DECODE_RING_MIN_NTILES=1"
 #        bench/device_ab.sh --cli "bench --ep 1 --experts 48 --tokens 1,8 --graph" - patch:base.diff
-# Mind the device tool's 10 minutes a command: variants x rounds x one run each.
+# Runs add up: variants x rounds x one benchmark run each.
 # Logs: $OUT/ab_build_<i>.log, $OUT/ab_<i>_<round>.log; every run's rows are printed last.
 set -euo pipefail
 TOKENS="1,8,64,512"
