@@ -1,4 +1,4 @@
-// The DeepSeek-V4 router on the CPU (spec section 5): logits, scores, top-k
+// The DeepSeek-V4 router on the CPU (docs/numerics.md §5): logits, scores, top-k
 // with the correction bias, or hash routing through tid2eid. The per-token
 // math is router_math.hpp, shared with the CUDA router so both select alike.
 #include <cmath>

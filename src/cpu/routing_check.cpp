@@ -1,5 +1,6 @@
-// A forward's routing: the caller's ids, checked before any work (each must
-// be a GLOBAL id in [0, E) or -1, "no expert"), or the router's.
+// A forward's routing: the caller's ids, checked before any work
+// (docs/numerics.md §6: each must be a GLOBAL id in [0, E) or -1, "no
+// expert"), or the router's.
 #include "cpu/cpu_moe.hpp"
 #include "cpu/tensor_values.hpp"
 #include "nvfp4moe/error.hpp"

@@ -28,7 +28,7 @@ double swiglu(const MoeConfig& c, double gate, double up) {
   return silu(gate) * up;
 }
 
-// QDQ of one float row per spec section 2: g (given, or amax/(6*448) of the
+// QDQ of one float row per docs/numerics.md §2: g (given, or amax/(6*448) of the
 // row), the exact quantizer for the bytes, then x_hat = value(q) * s * g in double.
 std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g, bool* near_boundary = nullptr) {
   const int64_t K = int64_t(row.size());

@@ -1,6 +1,6 @@
-// An independent, deliberately simple FP64 evaluation of spec section 5, the
-// yardstick for every MoE backend: router in double, weights dequantized in
-// double, QDQ of activations written out from the spec's formulas (the exact
+// An independent, deliberately simple FP64 evaluation of docs/numerics.md §5,
+// the yardstick for every MoE backend: router in double, weights dequantized in
+// double, QDQ of activations written out from the §2 formulas (the exact
 // quantizer is called for the quantize step only), every sum in double, no
 // tiling, no grouping, no threads.
 #pragma once
@@ -19,7 +19,7 @@ struct RefRouting {
   std::vector<double> scores;     // [T, E] s_e
 };
 
-// Router of spec section 5 in double: l = x . Wg, s = sqrt(softplus(l)),
+// Router of docs/numerics.md §5 in double: l = x . Wg, s = sqrt(softplus(l)),
 // top-k of s + b (ties -> lower id), or tid2eid[token_ids[t]] when hash-routed;
 // w = rho * s / sum s (norm_topk_prob) or rho * s.
 RefRouting reference_router_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens,
@@ -31,7 +31,7 @@ RefRouting reference_router_f64(const MoeWeights& w, const std::vector<float>& x
 // `near_boundary` (optional, [T]): 1 where a QDQ(h) decision of the token sat
 // within 1e-5 (relative) of a rounding boundary — a block scale at an E4M3
 // midpoint or a value at an E2M1 threshold. h = silu(gate) * up is computed
-// in FP32 by backends (the spec allows it), so such a decision may
+// in FP32 by backends (§5 allows it), so such a decision may
 // legitimately go either way, and with a small I one flipped block scale
 // moves y by several percent: tests may exclude those tokens.
 std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens,

@@ -78,7 +78,7 @@ void combine_slots(const CombineArgs& a, cudaStream_t stream) {
   NVFP4_CUDA_CHECK_LAUNCH("combine_kernel");
 }
 
-// NOTES (bench/NOTES.md, session 8): with one CTA per token, a decode
+// NOTES (measured on the H200): with one CTA per token, a decode
 // batch's few CTAs walked H / 1024 column steps one load round trip after
 // another (7 at H = 7168: 7.5 us of the graph at T = 1; 3.9 us split).
 int64_t combine_column_splits(int64_t tokens, int64_t hidden, int threads) {

@@ -1,5 +1,5 @@
-// The router on the GPU (spec section 5): logits, scores, biased top-k with
-// ties to the lower id, weights — with the math of src/cpu/router_math.hpp so
+// The router on the GPU (docs/numerics.md §5): logits, scores, biased top-k
+// with ties to the lower id, weights — with the math of src/moe/router_math.hpp so
 // that selection is identical to the CPU backend. Hash-routed layers look the
 // ids up in tid2eid. Writes GLOBAL ids.
 #pragma once

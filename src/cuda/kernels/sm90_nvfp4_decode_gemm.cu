@@ -61,12 +61,11 @@ bool sm90_nvfp4_decode_fits(const FragmentGeometry& gate_up, const FragmentGeome
 Sm90DecodeGemmConfig sm90_nvfp4_decode_gemm_config(int64_t pairs, int64_t local_experts) {
   const double per_expert = double(pairs) / double(std::max<int64_t>(1, local_experts));
   Sm90DecodeGemmConfig c;
-  // NOTES (measured on the H200, bench/NOTES.md "Hopper speed" and session
-  // 4): well under one token per expert wants the smallest item (most items
-  // to spread over 132 SMs); from about one, two m-tiles per item halve the
-  // per-item overhead (EP1 T=64, 1.0 per expert: 1x2 13 % faster than 1x1;
-  // EP8 T=8, also 1.0: a tie); from ~8 two m-tiles share every activation
-  // load, which beats wider token groups.
+  // NOTES (measured on the H200): well under one token per expert wants the
+  // smallest item (most items to spread over 132 SMs); from about 0.75, two
+  // m-tiles per item halve the per-item overhead (EP1 T=64, 1.0 per expert:
+  // 1x2 13 % faster than 1x1; EP8 T=8, also 1.0: a tie); from ~8 two m-tiles
+  // share every activation load, which beats wider token groups.
   if (per_expert <= 0.75) {
     c.n_tiles = 1;
   } else if (per_expert <= 3) {

@@ -16,9 +16,9 @@
 namespace nvfp4moe::cuda {
 
 // Whether an item of kNTiles n8 tiles stages its activations through the
-// shared-memory ring. NOTES (bench/NOTES.md, session 4): it pays from 2 n8
-// tiles (5-15 %); with one, the direct loads were faster (by ~12 % at 1-8
-// tokens per expert).
+// shared-memory ring. NOTES (measured on the H200): it pays from 2 n8 tiles
+// (5-15 %); with one, the direct loads were faster (by ~12 % at 1-8 tokens
+// per expert). Defining NVFP4MOE_DECODE_RING_MIN_NTILES moves the switch.
 #ifndef NVFP4MOE_DECODE_RING_MIN_NTILES
 #define NVFP4MOE_DECODE_RING_MIN_NTILES 2
 #endif

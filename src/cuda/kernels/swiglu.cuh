@@ -1,4 +1,4 @@
-// The SwiGLU of spec section 5 with the optional limit L, as every CUDA
+// The SwiGLU of docs/numerics.md §5 with the optional limit L, as every CUDA
 // kernel applies it (fused GEMM epilogues, the shared expert, references):
 //   silu(min(gate, L)) * clamp(up, -L, L)
 #pragma once

@@ -4,7 +4,7 @@
 //
 // Two 256-entry tables in shared memory: a code byte -> its two E2M1 values
 // as BF16x2 (low nibble in the low half), a UE4M3 byte -> (s, s) as BF16x2.
-// value(q) * s is exact in BF16 (spec section 2), so one packed multiply per
+// value(q) * s is exact in BF16 (docs/numerics.md §2), so one packed multiply per
 // two values finishes the job.
 #pragma once
 

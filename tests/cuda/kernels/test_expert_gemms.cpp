@@ -144,7 +144,7 @@ struct Problem {
   std::vector<double> h_ref, y_ref;  // [T*k, I], [T*k, H] by pair
 };
 
-// A random value(q) * f32(s) as BF16 (exact by spec section 2).
+// A random value(q) * f32(s) as BF16 (exact: docs/numerics.md §2).
 uint16_t random_operand(Rng& rng, uint8_t scale) {
   const float v = fmt::e2m1_value(uint8_t(rng.below(16))) * fmt::e4m3_value(scale);
   return uint16_t(fmt::float_to_bits(v) >> 16);
@@ -636,7 +636,7 @@ TEST(Sm90PrefillSplit, TileWidthIsTheRowsRoundedUpTo32) {
   EXPECT_TRUE(std::is_sorted(std::begin(kWgmmaWidths), std::end(kWgmmaWidths), std::greater<int>()));
 }
 
-// A NaN in one token's operand reaches that token's outputs only (spec 6).
+// A NaN in one token's operand reaches that token's outputs only (docs/numerics.md §6).
 TEST(Sm90DecodeGemmNaN, PropagatesToItsTokenOnly) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const uint64_t seed = test::fresh_seed();
@@ -653,7 +653,7 @@ TEST(Sm90DecodeGemmNaN, PropagatesToItsTokenOnly) {
 }
 
 // The kernel choice (host only): the thresholds measured on the H200
-// (bench/NOTES.md "Hopper speed"), disjoint ranges covering [0, bound].
+// (docs/kernels.md, "Which kernel runs"), disjoint ranges covering [0, bound].
 void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
   ASSERT_GE(c.count, 1);
   EXPECT_EQ(c.candidates[0].above, -1);
