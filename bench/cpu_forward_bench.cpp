@@ -1,5 +1,5 @@
-// CPU backend forward time at DeepSeek-V4 geometries (bench/NOTES.md, "CPU
-// backend"). Weights are random NVFP4 BYTES (codes uniform, scale bytes in a
+// CPU backend forward time at DeepSeek-V4 geometries (docs/performance.md,
+// "CPU backend"). Weights are random NVFP4 BYTES (codes uniform, scale bytes in a
 // realistic range), not a synthetic model: the forward's time does not depend
 // on the values, and generating 3.6 GB of quantized Flash weights from dense
 // ones takes minutes on a small machine. The router gate is random, so

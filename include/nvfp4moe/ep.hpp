@@ -1,5 +1,5 @@
 // nvfp4moe — expert parallelism on the CPU: R logical ranks in one process
-// (spec section 6). The semantics every expert-parallel path must have, in
+// (docs/numerics.md §6). The semantics every expert-parallel path must have, in
 // their simplest form; the GPU paths (ep_cuda.hpp) share the indexing of
 // src/ep/ep_index.hpp.
 //

@@ -1,4 +1,4 @@
-// nvfp4moe — expert parallelism on GPUs (spec section 6).
+// nvfp4moe — expert parallelism on GPUs (docs/numerics.md §6).
 //
 // Tokens are quantized to NVFP4 ONCE on their own rank, travel to the rank
 // that owns their expert, are computed there with LOCAL weight indices, and

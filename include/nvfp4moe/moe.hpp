@@ -37,7 +37,7 @@ struct MoeConfig {
   std::optional<float> swiglu_limit;   // L; none -> no clamp
   bool hash_routed = false;            // this layer routes by tid2eid[token_id]
   Scoring scoring = Scoring::SqrtSoftplus;
-  bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (spec); false: rho * s_j
+  bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (docs/numerics.md §5); false: rho * s_j
   InputScaleMode l1_input = InputScaleMode::Dynamic;  // x: per token, or static input_scale
   InputScaleMode l2_input = InputScaleMode::Dynamic;  // h: per (token, expert) row, or static
 

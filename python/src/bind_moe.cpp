@@ -94,7 +94,7 @@ std::vector<Bf16> host_bf16(const TensorView& v0, const char* arg, std::initiali
 }
 
 // Block scales of weights must be finite, non-negative UE4M3 bytes: 0x7F/0xFF
-// are E4M3 NaN, and a set sign bit is not a UE4M3 value (spec sections 1, 6).
+// are E4M3 NaN, and a set sign bit is not a UE4M3 value (docs/numerics.md §1, §6).
 void check_weight_scale_bytes(const std::vector<uint8_t>& s, const char* name, int64_t rows, int64_t blocks,
                               int64_t first_expert) {
   for (size_t i = 0; i < s.size(); ++i) {

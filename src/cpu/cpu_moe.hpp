@@ -1,4 +1,4 @@
-// The stages of the CPU MoE forward (spec section 5), one .cpp each:
+// The stages of the CPU MoE forward (docs/numerics.md §5), one .cpp each:
 //   router.cpp          x -> (topk_ids, topk_weights)            [T, k]
 //   routing_check.cpp   caller routing -> int32 ids, range checks
 //   activation_qdq.cpp  x or h -> exact QDQ values + global scale per row
@@ -21,7 +21,7 @@ namespace nvfp4moe::cpu {
 // score-based top-k with the correction bias, or tid2eid[token_ids[t]] on a
 // hash-routed layer (token_ids required then; an id outside [0, vocab) throws
 // naming the token and the id). Writes GLOBAL ids and weights [T, k]. The
-// math is src/cpu/router_math.hpp, shared with the CUDA router.
+// math is src/moe/router_math.hpp, shared with the CUDA router.
 void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float* x, int64_t tokens,
                   const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads);
 
@@ -40,13 +40,13 @@ Routing forward_routing(const MoeConfig& cfg, const RouterWeights& router, const
                         bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads);
 
 // ---- routing checks -----------------------------------------------------------
-// Every id must be in [-1, E): else throws naming token, slot and id (spec 6,
+// Every id must be in [-1, E): else throws naming token, slot and id (docs/numerics.md §6,
 // checked before any work).
 void check_topk_ids(const int32_t* ids, int64_t tokens, int64_t k, int64_t experts);
 void check_topk_ids(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts);
 
 // ---- activation QDQ -----------------------------------------------------------
-// Quantizes each row of x [rows, cols] exactly per spec section 2 (via
+// Quantizes each row of x [rows, cols] exactly per docs/numerics.md §2 (via
 // quantize_rows) and writes the dequantized values WITHOUT the global scale,
 // value(q) * f32(s) (exact in FP32), and the row's g. Dynamic: g = amax/2688
 // per row; static: g = static_g[row * static_stride]. A row holding NaN/Inf

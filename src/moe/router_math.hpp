@@ -1,4 +1,4 @@
-// Per-token router math of the DeepSeek-V4 MoE (spec section 5), one header
+// Per-token router math of the DeepSeek-V4 MoE (docs/numerics.md §5), one header
 // compiled by the CPU backend and by CUDA kernels so that both select the SAME
 // experts with the SAME weights, bit for bit.
 //
@@ -34,7 +34,7 @@ namespace nvfp4moe::router {
 // header does not depend on the public API).
 enum ScoringKind : int { kSqrtSoftplus = 0, kSigmoid = 1, kSoftmax = 2 };
 
-// softplus(z) = log1p(exp(z)), = z for z > 20 (spec section 5), in double.
+// softplus(z) = log1p(exp(z)), = z for z > 20 (docs/numerics.md §5), in double.
 NVFP4_ROUTER_HD double softplus(double z) { return z > 20.0 ? z : log1p(exp(z)); }
 
 // s = sqrt(softplus(l)) rounded to float once. NaN in, NaN out.

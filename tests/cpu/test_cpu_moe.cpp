@@ -1,4 +1,4 @@
-// The CPU backend against the FP64 evaluation of spec section 5, on fresh
+// The CPU backend against the FP64 evaluation of docs/numerics.md §5, on fresh
 // random inputs: several geometries, T from 1 to 512, every routing mode.
 #include <gtest/gtest.h>
 

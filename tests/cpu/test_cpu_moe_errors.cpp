@@ -1,4 +1,4 @@
-// Bad input to the CPU MoE (spec section 6): each case throws before any work
+// Bad input to the CPU MoE (docs/numerics.md §6): each case throws before any work
 // with a message naming the argument and the offending values, and leaves the
 // output untouched.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Expert parallelism on the CPU (spec section 6): R logical ranks must give
+// Expert parallelism on the CPU (docs/numerics.md §6): R logical ranks must give
 // what one rank gives, whatever the routing; capacity and bad ids are errors.
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 namespace nvfp4moe::test {
 namespace {
 
-constexpr double kTol = 1e-2;  // spec 5: relative L2 against the reference
+constexpr double kTol = 1e-2;  // docs/numerics.md §5: relative L2 against the reference
 
 class EpEmulation : public ::testing::TestWithParam<int> {
  protected:
@@ -369,7 +369,7 @@ TEST_P(EpEmulation, RouterRunsOnEachTokensRank) {
 INSTANTIATE_TEST_SUITE_P(Ranks, EpEmulation, ::testing::Values(1, 2, 4, 8),
                          [](const ::testing::TestParamInfo<int>& i) { return "R" + std::to_string(i.param); });
 
-// Host-side checks (spec 6): named arguments and values, before any work.
+// Host-side checks (docs/numerics.md §6): named arguments and values, before any work.
 TEST(EpEmulationErrors, BadInputsAreNamed) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   const MoeConfig cfg = ep_test_config();

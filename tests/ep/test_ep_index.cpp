@@ -1,6 +1,6 @@
 // The expert-parallel bookkeeping shared by the NCCL path, the one-GPU
 // emulation and the CPU emulation (src/ep/ep_index.hpp): host-only checks,
-// worked out by hand from spec section 6.
+// worked out by hand from docs/numerics.md §6.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -14,7 +14,7 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 16;
-// NOTES (bench/NOTES.md, session 5): above it the Split launches everywhere.
+// NOTES (measured on the H200): above it the Split launches everywhere.
 // A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
 // slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
 // uniform: Split runs those experts' blocks 32 or 64 wide, never wider.

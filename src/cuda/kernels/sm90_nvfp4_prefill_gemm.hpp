@@ -42,7 +42,7 @@ namespace nvfp4moe::cuda {
 
 // The tile widths (wgmma N) of the kernel, widest first: the order of the
 // Split launches.
-// NOTES (bench/NOTES.md, session 4): steps of 16 (eight widths) measured no
+// NOTES (measured on the H200): steps of 16 (eight widths) measured no
 // faster than steps of 32 — below 128 columns a tile's cost barely follows
 // its width.
 constexpr int kWgmmaWidths[] = {128, 96, 64, 32};
@@ -65,7 +65,7 @@ constexpr int wgmma_tile_width(int rows) { return (rows + 31) / 32 * 32; }
 //     blocks of width W and, for W = 128, the full blocks: the four
 //     launches (kWgmmaWidths) together cover every block once, and a partial
 //     last block leaves at most 31 tile columns idle instead of up to 127
-//     (a narrower tile takes less time, bench/NOTES.md). One kernel cannot
+//     (a narrower tile takes less time). One kernel cannot
 //     switch widths per tile: the 128-wide accumulators leave ptxas no
 //     registers for a second wgmma shape, and it serialises them.
 enum class TokenBlocks : int32_t { All, Split };
