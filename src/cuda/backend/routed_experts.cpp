@@ -149,17 +149,7 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
                               .ld_h = I,
                               .has_limit = limit_.has_value(),
                               .limit = limit_.value_or(0.0f)};
-  p.requant = RequantRowsArgs{.h = h_.get(),
-                              .ld_h = I,
-                              .cols = I,
-                              .rows_max = pairs.pairs_bound,
-                              .num_rows = live_pairs,
-                              .static_g_per_expert = w_.w2_static_g.size() ? w_.w2_static_g.get() : nullptr,
-                              .row_expert = pairs.expert_of_pos,
-                              .g_out = h_g_.get(),
-                              .deq = h_deq_.get(),
-                              .deq_ld = ld_h_,
-                              .deq_order = order};
+  p.requant = requant_args(pairs, order);
   // Down: the same positions, work list and scheduling.
   p.down = p.gate_up;
   p.down.projection = Projection::Down;
@@ -175,6 +165,22 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   p.down.y_pair = y_pair;
   p.down.topk_weights = pairs.pair_weights;
   return p;
+}
+
+// QDQ of h per row (docs/numerics.md §2): a dynamic g per row, or the
+// expert's static g; the BF16 operand rows in `order`.
+RequantRowsArgs RoutedExperts::requant_args(const RoutedPairs& pairs, OperandOrder order) {
+  return RequantRowsArgs{.h = h_.get(),
+                         .ld_h = w_.inter,
+                         .cols = w_.inter,
+                         .rows_max = pairs.pairs_bound,
+                         .num_rows = pairs.offsets + w_.count,
+                         .static_g_per_expert = w_.w2_static_g.size() ? w_.w2_static_g.get() : nullptr,
+                         .row_expert = pairs.expert_of_pos,
+                         .g_out = h_g_.get(),
+                         .deq = h_deq_.get(),
+                         .deq_ld = ld_h_,
+                         .deq_order = order};
 }
 
 void RoutedExperts::stage(const Plan& p, cudaStream_t s) const {
@@ -241,17 +247,7 @@ void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, flo
     a.x_g = act_g_.get();
   }
   routed_gate_up_ref(a, h_.get(), s);
-  requantize_rows_ref(RequantRowsArgs{.h = h_.get(),
-                                      .ld_h = I,
-                                      .cols = I,
-                                      .rows_max = pairs.pairs_bound,
-                                      .num_rows = pairs.offsets + local,
-                                      .static_g_per_expert = w_.w2_static_g.size() ? w_.w2_static_g.get() : nullptr,
-                                      .row_expert = pairs.expert_of_pos,
-                                      .g_out = h_g_.get(),
-                                      .deq = h_deq_.get(),
-                                      .deq_ld = ld_h_},
-                      s);
+  requantize_rows_ref(requant_args(pairs, OperandOrder{}), s);  // logical order: what the references read
   routed_down_ref(a, h_deq_.get(), ld_h_, h_g_.get(), y_pair, s);
 }
 

@@ -31,6 +31,12 @@ constexpr size_t act_ring_bytes() {
   return kActRing<kNTiles> ? size_t(2) * mma_gemm::kActRingStage<kNTiles, kMTiles> : 0;
 }
 
+// One function of ~100 lines on purpose: the stage in flight (frag, scl and
+// the ring's next stage) is carried in registers from one stage to the next
+// and from a unit's last stage into the next unit's first, which is the
+// whole software pipeline; its steps (scheduler, activation loads, the
+// dequantize-and-multiply of a chunk, the K-split reduction) are the
+// functions of sm90_nvfp4_decode_steps.cuh.
 template <Projection P, int kNTiles, int kMTiles, int kMinBlocks>
 __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
     sm90_nvfp4_decode_gemm_kernel(const __grid_constant__ Sm90DecodeGemmParams params) {

@@ -27,6 +27,56 @@ static_assert(kTileN == 32 * (kThreads / 32), "each warp owns 32 weight rows");
 static_assert(kGemmTileTokens == 64, "each warp covers 8 n8 tiles of positions");
 static_assert(kBRow % 8 == 0, "operand rows are whole 16-byte chunks");
 
+// Epilogue: alpha = g_act * g_w in FP32, then SwiGLU (GateUp) or the
+// routing weight (Down). Accumulator (mi, ni, c) of this lane is weight row
+// warp * 32 + mi * 16 + grp (+ 8 for c >= 2), position column ni * 8 + 2 tig + c % 2.
+template <Projection P>
+__device__ __forceinline__ void store_tile_ref(const GroupedGemmPlan& plan, const GemmTile& tile, int64_t n_tile,
+                                               int warp, int grp, int tig, const float* pos_g, const int32_t* pos_pair,
+                                               const float (&acc)[2][8][4]) {
+  if constexpr (P == Projection::GateUp) {
+    const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
+    const float L = plan.limit;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const int64_t i = n_tile * (kTileN / 2) + (warp * 2 + mi) * 8 + grp;
+      if (i >= plan.n_valid) continue;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const int col = ni * 8 + 2 * tig + cc;
+          if (col >= tile.rows) continue;
+          const float gate = acc[mi][ni][cc] * (pos_g[col] * gw_gate);
+          const float up = acc[mi][ni][2 + cc] * (pos_g[col] * gw_up);
+          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + i] = swiglu_limited(gate, up, plan.has_limit, L);
+        }
+    }
+  } else {
+    const float gw = plan.w_global[tile.expert];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t n = n_tile * kTileN + warp * 32 + mi * 16 + half * 8 + grp;
+        if (n >= plan.n_valid) continue;
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const int col = ni * 8 + 2 * tig + cc;
+            if (col >= tile.rows) continue;
+            const int32_t pair = pos_pair[col];
+            const float o = acc[mi][ni][half * 2 + cc] * (pos_g[col] * gw);
+            plan.y_pair[int64_t(pair) * plan.n_valid + n] = o * plan.topk_weights[pair];
+          }
+      }
+  }
+}
+
+// The reference reads top to bottom on purpose (~90 lines): metadata, a
+// three-stage cp.async pipeline over K, mma.sync on table-dequantized
+// fragments, then store_tile_ref.
 template <Projection P>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_ref_kernel(GroupedGemmPlan plan) {
   // Shared memory: pipeline stages, dequant tables, per-position metadata.
@@ -120,45 +170,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_ref_kernel(GroupedGemmP
   }
   ptx::cp_async_wait<0>();
 
-  // Epilogue: alpha = g_act * g_w in FP32, then SwiGLU (GateUp) or the routing weight (Down).
-  if constexpr (P == Projection::GateUp) {
-    const float gw_gate = plan.w_global[tile.expert * 2], gw_up = plan.w_global[tile.expert * 2 + 1];
-    const float L = plan.limit;
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int64_t i = n_tile * (kTileN / 2) + (warp * 2 + mi) * 8 + grp;
-      if (i >= plan.n_valid) continue;
-#pragma unroll
-      for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-        for (int cc = 0; cc < 2; ++cc) {
-          const int col = ni * 8 + 2 * tig + cc;
-          if (col >= tile.rows) continue;
-          const float gate = acc[mi][ni][cc] * (pos_g[col] * gw_gate);
-          const float up = acc[mi][ni][2 + cc] * (pos_g[col] * gw_up);
-          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + i] = swiglu_limited(gate, up, plan.has_limit, L);
-        }
-    }
-  } else {
-    const float gw = plan.w_global[tile.expert];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t n = n_tile * kTileN + warp * 32 + mi * 16 + half * 8 + grp;
-        if (n >= plan.n_valid) continue;
-#pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) {
-            const int col = ni * 8 + 2 * tig + cc;
-            if (col >= tile.rows) continue;
-            const int32_t pair = pos_pair[col];
-            const float o = acc[mi][ni][half * 2 + cc] * (pos_g[col] * gw);
-            plan.y_pair[int64_t(pair) * plan.n_valid + n] = o * plan.topk_weights[pair];
-          }
-      }
-  }
+  store_tile_ref<P>(plan, tile, n_tile, warp, grp, tig, pos_g, pos_pair, acc);
 }
 
 }  // namespace
