@@ -16,7 +16,8 @@ namespace nvfp4moe::py {
 namespace {
 
 // A tensor's bytes as a NumPy array of the matching type (float8 and bf16 as
-// uint8 / uint16 bit patterns: NumPy has neither).
+// uint8 / uint16 bit patterns: NumPy has neither; sub-byte dtypes as their
+// packed bytes, 1-D; complex64 as float32 with the last dimension doubled).
 nb::object tensor_to_numpy(const TensorInfo& t) {
   std::vector<size_t> shape(t.shape.begin(), t.shape.end());
   auto make = [&](auto tag) -> nb::object {
@@ -37,7 +38,20 @@ nb::object tensor_to_numpy(const TensorInfo& t) {
     case DType::U8:
     case DType::F8E4M3:
     case DType::F8E5M2:
-    case DType::Bool: return make(uint8_t{});
+    case DType::F8E8M0:
+    case DType::F8E4M3Fnuz:
+    case DType::F8E5M2Fnuz:
+    case DType::F4:       // packed: one byte per two elements
+    case DType::F6E2M3:   // packed 6-bit elements
+    case DType::F6E3M2:
+    case DType::Bool: {
+      if (dtype_bits(t.dtype) != 8) shape = {size_t(t.nbytes)};  // raw bytes of a packed tensor
+      return make(uint8_t{});
+    }
+    case DType::C64:
+      if (shape.empty()) shape = {1};
+      shape.back() *= 2;  // (real, imaginary) pairs as float32
+      return make(float{});
     case DType::I8: return make(int8_t{});
     case DType::I16: return make(int16_t{});
     case DType::I32: return make(int32_t{});

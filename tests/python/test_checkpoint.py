@@ -118,3 +118,23 @@ def test_missing_and_malformed_layer_tensors(tmp_path, rng):
                                {n: d for n, d in dtypes.items() if d not in ("F32", "U8", "I32", "I64")})
     with pytest.raises(nvfp4moe.Error, match=r"experts.1.down_proj.weight"):
         nvfp4moe.load_moe(str(tmp_path), 2)
+
+
+def test_every_safetensors_dtype_is_read(tmp_path):
+    """The dtypes of the safetensors specification beyond NumPy's: FP8 kinds as
+    uint8 bit patterns, sub-byte F4 / F6 as their packed bytes, C64 as float32
+    (real, imaginary) pairs."""
+    header = {"s": {"dtype": "F8_E8M0", "shape": [2, 2], "data_offsets": [0, 4]},
+              "q": {"dtype": "F4", "shape": [2, 4], "data_offsets": [4, 8]},
+              "c": {"dtype": "C64", "shape": [1], "data_offsets": [8, 16]},
+              "f": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [16, 19]}}
+    data = bytes([127, 128, 0, 255, 0x21, 0x43, 0x65, 0x87]) + struct.pack("<ff", 1.5, -2.0) + bytes([1, 2, 3])
+    path = tmp_path / "mx.safetensors"
+    _write_raw(path, json.dumps(header).encode(), data)
+    f = nvfp4moe.SafetensorsFile(str(path))
+    assert [f.dtype(n) for n in ("s", "q", "c", "f")] == ["F8_E8M0", "F4", "C64", "F6_E2M3"]
+    assert f.shape("q") == [2, 4]  # elements, not bytes
+    np.testing.assert_array_equal(f.get("s"), np.array([[127, 128], [0, 255]], np.uint8))
+    np.testing.assert_array_equal(f.get("q"), np.array([0x21, 0x43, 0x65, 0x87], np.uint8))
+    np.testing.assert_array_equal(f.get("c"), np.array([1.5, -2.0], np.float32))
+    np.testing.assert_array_equal(f.get("f"), np.array([1, 2, 3], np.uint8))
