@@ -30,13 +30,7 @@ class CpuBackend final : public MoeBackendImpl {
     }
     NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w_.experts.w2_input_scale.empty(),
                 "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
-    if (c.shared_experts > 0) {
-      const int64_t n = c.shared_inter() * c.hidden;
-      NVFP4_CHECK(int64_t(w_.shared.w1.size()) == n && int64_t(w_.shared.w3.size()) == n &&
-                      int64_t(w_.shared.w2.size()) == n,
-                  "cpu backend: shared expert weights have w1=", w_.shared.w1.size(), " w3=",
-                  w_.shared.w3.size(), " w2=", w_.shared.w2.size(), " elements, expected ", n, " each");
-    }
+    if (c.shared_experts > 0) w_.shared.validate(c.hidden, c.shared_inter());
   }
 
   const MoeConfig& config() const override { return w_.config; }
