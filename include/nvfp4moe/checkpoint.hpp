@@ -188,6 +188,35 @@ class ModelDir {
 // num_nextn_predict_layers | n_mtp_layers when given. Errors name the key.
 MoeConfig read_moe_config(const ModelDir& dir, int layer, bool mtp = false);
 
+// The MoE blocks of a checkpoint summarised from headers and config, for
+// inspecting whole model directories (the official DeepSeek-V4-Pro is 64
+// shards, ~900 GB) in seconds. Tensor data is read only for the 0-d global
+// scales of routed experts (weight_scale_2, input_scale) and the 128x128 tile
+// scales of FP8 shared experts (a few KB a layer), and not at all when
+// `read_values` is false. Nothing malformed throws: it is listed in problems.
+struct ValueRange {
+  float min = 0, max = 0;
+  int64_t count = 0;  // values seen; 0 = none
+  void add(float v);
+};
+struct MoeLayerSummary {
+  std::string block;          // "layers.3", "model.layers.3", "mtp.0"
+  int index = 0;              // layer (or MTP block) number
+  bool mtp = false;           // an MTP block
+  int64_t experts = 0;        // routed experts found (distinct ids)
+  std::string routed_format;  // weight_format_name() of every projection, or "mixed"
+  std::string shared_format;  // "BF16", "FP8", "" (no shared expert), or another weight_format_name()
+  std::string router;         // "hash" (tid2eid), "scored", "" (no gate weight)
+  bool bias = false;          // a selection bias is present
+  bool loadable = false;      // load_moe_layer takes it: NVFP4 routed experts and no problem found
+  std::string manifest_algo;  // what the quantization manifest gives the experts module ("" = nothing)
+  ValueRange weight_scale_2;  // routed NVFP4 experts' global scales
+  ValueRange input_scale;     // their static input scales
+  ValueRange shared_scale;    // FP8 shared expert's tile factors
+  std::vector<std::string> problems;  // malformed or inconsistent, each naming the tensor or key
+};
+std::vector<MoeLayerSummary> summarize_moe_layers(const ModelDir& dir, bool read_values = true);
+
 struct LoadOptions {
   bool static_l1_input = false;  // use the checkpoint's input_scale for x
   bool static_l2_input = false;  // use the down projections' input_scale for h

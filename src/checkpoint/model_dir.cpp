@@ -18,22 +18,29 @@ constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 }  // namespace
 
+namespace {
+
+// The shards an index lists, in order of first mention.
+std::vector<std::string> shards_of_index(const json::Value& index, const std::string& index_path) {
+  const json::Value* map = index.find("weight_map");
+  NVFP4_CHECK(map && map->is_object(), index_path, ": missing the \"weight_map\" object");
+  std::vector<std::string> shards;
+  std::set<std::string> seen;
+  for (const auto& [tensor, file] : map->members()) {
+    const std::string& f = file.as_string(index_path + ": weight_map[\"" + tensor + "\"]");
+    NVFP4_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", index_path,
+                ": weight_map[\"", tensor, "\"] names an invalid shard file \"", f, "\"");
+    if (seen.insert(f).second) shards.push_back(f);
+  }
+  return shards;
+}
+
+}  // namespace
+
 std::vector<std::string> model_shard_files(const std::string& dir) {
   const std::string index_path = fileio::join(dir, kIndexName);
-  if (fileio::exists(index_path)) {
-    json::Value index = json::parse(fileio::read_file(index_path), index_path);
-    const json::Value* map = index.find("weight_map");
-    NVFP4_CHECK(map && map->is_object(), index_path, ": missing the \"weight_map\" object");
-    std::vector<std::string> shards;
-    std::set<std::string> seen;
-    for (const auto& [tensor, file] : map->members()) {
-      const std::string& f = file.as_string(index_path + ": weight_map[\"" + tensor + "\"]");
-      NVFP4_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", index_path,
-                  ": weight_map[\"", tensor, "\"] names an invalid shard file \"", f, "\"");
-      if (seen.insert(f).second) shards.push_back(f);
-    }
-    return shards;
-  }
+  if (fileio::exists(index_path))
+    return shards_of_index(json::parse(fileio::read_file(index_path), index_path), index_path);
   NVFP4_CHECK(fileio::exists(fileio::join(dir, kSingleName)), dir, ": no ", kSingleName, " and no ", kIndexName);
   return {kSingleName};
 }
@@ -56,8 +63,13 @@ CheckpointLayout layout_of_tensors(const std::map<std::string, const TensorInfo*
 ModelDir::ModelDir(const std::string& path) : path_(path) {
   std::vector<std::string> files;
   std::string hf_quant;
+  const std::string index_path = fileio::join(path, kIndexName);
+  const bool indexed = fileio::is_directory(path) && fileio::exists(index_path);
+  json::Value index;  // parsed once: a full model's index lists ~300k tensors
+  if (indexed) index = json::parse(fileio::read_file(index_path), index_path);
   if (fileio::is_directory(path)) {
-    for (const auto& shard : model_shard_files(path)) files.push_back(fileio::join(path, shard));
+    for (const auto& shard : indexed ? shards_of_index(index, index_path) : model_shard_files(path))
+      files.push_back(fileio::join(path, shard));
     // config.json; DeepSeek's inference/config.json (its own key names) when that is all there is.
     for (const char* name : {"config.json", "inference/config.json"}) {
       if (!fileio::exists(fileio::join(path, name))) continue;
@@ -79,9 +91,7 @@ ModelDir::ModelDir(const std::string& path) : path_(path) {
     }
   }
   // Every tensor the index promises must be in its shard.
-  const std::string index_path = fileio::join(path, kIndexName);
-  if (fileio::is_directory(path) && fileio::exists(index_path)) {
-    json::Value index = json::parse(fileio::read_file(index_path), index_path);
+  if (indexed) {
     for (const auto& [tensor, file] : index.find("weight_map")->members()) {
       auto it = tensors_.find(tensor);
       NVFP4_CHECK(it != tensors_.end(), index_path, ": tensor \"", tensor, "\" is listed in shard \"",

@@ -44,6 +44,8 @@ std::vector<uint8_t> read_fp8_weight(const TensorInfo& t, int64_t N, int64_t K) 
   return std::vector<uint8_t>(t.data, t.data + t.nbytes);
 }
 
+}  // namespace
+
 // The tile factors of "<prefix>.weight" [N, K]: `scale` or `weight_scale_inv`,
 // F8_E8M0 (2^(b - 127)) or F32, [ceil(N/128), ceil(K/128)].
 std::vector<float> read_tile_scales(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K) {
@@ -67,8 +69,6 @@ std::vector<float> read_tile_scales(const ModelDir& dir, const std::string& pref
   }
   return s;
 }
-
-}  // namespace
 
 void load_shared_expert(const ModelDir& dir, const MoeNames& names, MoeConfig& cfg, SharedExpertWeights& out) {
   const int64_t H = cfg.hidden;

@@ -14,6 +14,11 @@ namespace nvfp4moe {
 // the index, for NaN weight bytes and NaN / non-positive scales).
 void load_shared_expert(const ModelDir& dir, const MoeNames& names, MoeConfig& cfg, SharedExpertWeights& out);
 
+// The tile factors of the FP8 weight "<prefix>.weight" [N, K]: its `scale` or
+// `weight_scale_inv`, F8_E8M0 (2^(b - 127)) or F32, [ceil(N/128), ceil(K/128)];
+// throws naming the tensor and the tile for a NaN byte or a factor <= 0.
+std::vector<float> read_tile_scales(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K);
+
 // Adds the shared expert's tensors to `st`; `s` must outlive st.write().
 void append_shared_expert(SafetensorsWriter& st, const MoeNames& names, const SharedExpertWeights& s,
                           int64_t hidden, int64_t inter);
