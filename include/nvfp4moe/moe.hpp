@@ -81,9 +81,27 @@ struct RouterWeights {
   int64_t vocab = 0;
 };
 
-struct SharedExpertWeights {       // unquantized BF16; empty when n_s == 0
-  std::vector<Bf16> w1, w3;        // [Is, H] gate, up
-  std::vector<Bf16> w2;            // [H, Is] down
+// How the shared expert's weights are held: unquantized BF16, or FP8 E4M3
+// with one FP32 dequantization factor per 128x128 tile (DeepSeek's block-scaled
+// FP8: the checkpoint's F8_E8M0 `scale` byte b as 2^(b - 127), or its F32
+// `weight_scale_inv`). Either way x enters unquantized and the math is FP32.
+enum class SharedExpertFormat : uint8_t { Bf16, Fp8Block };
+
+struct SharedExpertWeights {  // empty when n_s == 0
+  static constexpr int64_t kFp8Tile = 128;  // rows and columns of one FP8 scale tile
+  SharedExpertFormat format = SharedExpertFormat::Bf16;  // which fields below hold the weights
+  std::vector<Bf16> w1, w3;   // Bf16: [Is, H] gate, up
+  std::vector<Bf16> w2;       // Bf16: [H, Is] down
+  std::vector<uint8_t> w1_fp8, w3_fp8;    // Fp8Block: [Is, H] gate, up, float8_e4m3fn bit patterns
+  std::vector<uint8_t> w2_fp8;            // Fp8Block: [H, Is] down
+  std::vector<float> w1_scale, w3_scale;  // Fp8Block: [ceil(Is/128), ceil(H/128)] row-major; element
+                                          //   (n, k) is e4m3(w[n, k]) * scale[n / 128, k / 128] in FP32
+  std::vector<float> w2_scale;            // Fp8Block: [ceil(H/128), ceil(Is/128)]
+
+  // Throws naming the field and the sizes when the fields of `format` do not
+  // hold [Is, H] / [H, Is] weights (and their tile scales), or a tile scale is
+  // not finite and > 0.
+  void validate(int64_t hidden, int64_t shared_inter) const;
 };
 
 struct MoeWeights {

@@ -27,16 +27,27 @@ enum class DType : uint8_t {
   F8E4M3,  // float8_e4m3fn: scale bytes; read as bit patterns, never cast
   Bool,
   // Further safetensors dtypes: checkpoints may hold them; nvfp4moe copies and
-  // inspects them but computes with none.
+  // inspects them but computes with none (F8E8M0 scale bytes excepted).
   U16,
   U32,
   U64,
   F8E5M2,
+  F8E8M0,      // UE8M0 (float8_e8m0fnu): value 2^(byte - 127), 0xFF is NaN; MX block scales
+  F8E4M3Fnuz,  // float8_e4m3fnuz: bias 8, no -0, NaN 0x80
+  F8E5M2Fnuz,  // float8_e5m2fnuz: bias 16, no -0, NaN 0x80
+  F4,          // 4-bit E2M1 elements, two a byte; shapes count elements
+  F6E2M3,      // 6-bit elements (OCP MX FP6), packed; shapes count elements
+  F6E3M2,
+  C64,         // complex64: two F32 (real, imaginary)
 };
 
-// Bytes per element of a dtype.
+// Bits per element of a dtype (4 for F4, 6 for F6_*, 8 * bytes otherwise). A
+// tensor of n elements holds n * bits / 8 bytes, which must be a whole number.
+std::size_t dtype_bits(DType t);
+// Bytes per element; throws naming the dtype for the sub-byte ones (F4,
+// F6_*), whose size only a whole tensor has (dtype_bits).
 std::size_t dtype_size(DType t);
-// The safetensors spelling ("F32", "BF16", "F8_E4M3", ...).
+// The safetensors spelling ("F32", "BF16", "F8_E4M3", "F8_E8M0", ...).
 const char* dtype_name(DType t);
 
 enum class DeviceKind : uint8_t { Cpu, Cuda };

@@ -14,7 +14,8 @@ when imported themselves. See docs/python.md.
 from ._C import Error, MoeConfig, MoeWeights, SafetensorsFile, built_with_cuda, cuda_available
 from ._C import dsv4_flash_config, dsv4_pro_config, small_demo_config
 from .format import dequantize, quantize, scales_to_linear, scales_to_swizzled, swizzled_shape
-from .moe import Moe, load_moe, load_moe_weights, read_moe_config, save_moe
+from .moe import (Moe, load_moe, load_moe_weights, model_layout, read_moe_config, save_moe, shared_expert_fp8,
+                  summarize_moe_layers)
 
 __version__ = "0.1.0"
 
@@ -22,5 +23,6 @@ __all__ = [
     "Error", "MoeConfig", "MoeWeights", "SafetensorsFile", "built_with_cuda", "cuda_available",
     "dsv4_flash_config", "dsv4_pro_config", "small_demo_config",
     "quantize", "dequantize", "scales_to_swizzled", "scales_to_linear", "swizzled_shape",
-    "Moe", "load_moe", "load_moe_weights", "read_moe_config", "save_moe",
+    "Moe", "load_moe", "load_moe_weights", "model_layout", "read_moe_config", "save_moe", "shared_expert_fp8",
+    "summarize_moe_layers",
 ]

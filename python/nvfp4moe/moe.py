@@ -148,30 +148,59 @@ def _routing_copy(ids, weights):
     return ids.astype(np.int32, copy=True), weights.astype(np.float32, copy=True)
 
 
-def read_moe_config(model_dir: str, layer: int) -> MoeConfig:
-    """Layer `layer`'s MoE config from the directory's config.json."""
-    return _C.read_moe_config(str(model_dir), int(layer))
+def read_moe_config(model_dir: str, layer: int, *, mtp: bool = False) -> MoeConfig:
+    """Layer `layer`'s (or MTP block `layer`'s) MoE config from the directory's
+    config.json (transformers' or DeepSeek's key names)."""
+    return _C.read_moe_config(str(model_dir), int(layer), bool(mtp))
 
 
 def load_moe_weights(model_dir: str, layer: int, *, static_input_scales: bool = False, first_expert: int = 0,
-                     expert_count: int = -1) -> MoeWeights:
-    """The ModelOpt NVFP4 weights of one layer in host memory."""
+                     expert_count: int = -1, mtp: bool = False) -> MoeWeights:
+    """The weights of one layer in host memory: ModelOpt NVFP4 routed experts,
+    router, BF16 or block-scaled FP8 shared expert, from a directory of either
+    layout. mtp=True reads MTP block `layer` (mtp.{layer}.ffn). Routed experts
+    in another format (the official release's MXFP4, ...) raise Error."""
     return _C.load_moe_weights(str(model_dir), int(layer), static_input_scales, static_input_scales,
-                               int(first_expert), int(expert_count))
+                               int(first_expert), int(expert_count), bool(mtp))
 
 
 def load_moe(model_dir: str, layer: int, device="cpu", *, static_input_scales: bool = False,
-             first_expert: int = 0, expert_count: int = -1, **options) -> Moe:
-    """Loads layer `layer` of a Hugging Face DeepSeek-V4 NVFP4 directory
-    (docs/numerics.md §4) onto `device`. static_input_scales=True quantizes
-    activations with the checkpoint's input_scale instead of per token.
-    first_expert/expert_count load one expert-parallel rank's experts.
+             first_expert: int = 0, expert_count: int = -1, mtp: bool = False, **options) -> Moe:
+    """Loads layer `layer` of a DeepSeek-V4 NVFP4 directory, in DeepSeek's
+    layout (layers.L.ffn.*, as NVIDIA publishes it) or Hugging Face's
+    (model.layers.L.mlp.*), onto `device` (docs/checkpoints.md).
+    static_input_scales=True quantizes activations with the checkpoint's
+    input_scale instead of per token. first_expert/expert_count load one
+    expert-parallel rank's experts; mtp=True loads MTP block `layer`.
     options: threads, max_tokens, checked."""
     weights = load_moe_weights(model_dir, layer, static_input_scales=static_input_scales,
-                               first_expert=first_expert, expert_count=expert_count)
+                               first_expert=first_expert, expert_count=expert_count, mtp=mtp)
     return Moe(weights, device, consume=True, **options)
 
 
-def save_moe(model_dir: str, layer: int, weights: MoeWeights) -> None:
-    """Writes `weights` as layer `layer` of a DeepSeek-V4 NVFP4 directory."""
-    _C.save_moe_layer(str(model_dir), int(layer), weights)
+def save_moe(model_dir: str, layer: int, weights: MoeWeights, *, layout: str = "huggingface") -> None:
+    """Writes `weights` as layer `layer` of a DeepSeek-V4 NVFP4 directory in
+    `layout`: "huggingface" (model.layers.L.mlp.*) or "deepseek"
+    (layers.L.ffn.*, DeepSeek's config keys, ModelOpt's MIXED_PRECISION
+    hf_quant_config.json)."""
+    _C.save_moe_layer(str(model_dir), int(layer), weights, str(layout))
+
+
+def model_layout(model_dir: str) -> str:
+    """"deepseek" or "huggingface": the naming of the directory's tensors."""
+    return _C.model_layout(str(model_dir))
+
+
+def summarize_moe_layers(model_dir: str, *, read_values: bool = True) -> list:
+    """One dict per MoE layer (and MTP block) of a checkpoint, from its headers:
+    routed_format, shared_format, router, bias, loadable, scale ranges,
+    problems (as `nvfp4moe inspect --json` reports them under moe_layers)."""
+    return _C.summarize_moe_layers(str(model_dir), bool(read_values))
+
+
+def shared_expert_fp8(weights: MoeWeights):
+    """The block-scaled FP8 shared expert of loaded weights as NumPy arrays:
+    w1, w3 [Is, H] and w2 [H, Is] E4M3 bit patterns (uint8), w1_scale,
+    w3_scale [ceil(Is/128), ceil(H/128)] and w2_scale float32 tile factors;
+    None when the shared expert is BF16 (shared_w1, ...) or absent."""
+    return _C.shared_expert_fp8(weights)

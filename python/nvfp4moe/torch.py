@@ -131,8 +131,10 @@ class DeepseekV4MoE(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_dir: str, layer: int, device="cuda", **options) -> "DeepseekV4MoE":
-        """Layer `layer` of a DeepSeek-V4 NVFP4 checkpoint directory
-        (options as nvfp4moe.load_moe: static_input_scales, max_tokens, ...)."""
+        """Layer `layer` of a DeepSeek-V4 NVFP4 checkpoint directory in either
+        layout — DeepSeek's names (layers.L.ffn.*, as NVIDIA publishes the
+        NVFP4 models) or Hugging Face's (model.layers.L.mlp.*) — (options as
+        nvfp4moe.load_moe: static_input_scales, max_tokens, mtp, ...)."""
         return cls(load_moe(model_dir, layer, _device_str(device), **options))
 
     @classmethod

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 
 namespace nvfp4moe {
@@ -15,16 +16,28 @@ namespace nvfp4moe {
 // {"model.safetensors"}; throws naming the directory when neither exists.
 std::vector<std::string> model_shard_files(const std::string& dir);
 
-// "NVFP4"-style algorithm from hf_quant_config.json text (quantization.quant_algo),
-// else config.json text (quantization_config.quant_algo), else "".
-std::string quant_algo_of(const std::string& config_json, const std::string& hf_quant_json,
-                          const std::string& dir);
+// The manifest of a directory from the texts of its config.json and
+// hf_quant_config.json ("" when absent); errors name `dir` and the key.
+QuantManifest parse_quant_manifest(const std::string& config_json, const std::string& hf_quant_json,
+                                   const std::string& dir);
 
-// Spec section 4: mlp_layer_types[L] == "hash_moe", else L < num_hash_layers (3 by default).
-bool layer_is_hash_routed(const std::string& config_json, int layer, const std::string& src);
-
-// hf_quant_config.json as ModelOpt writes it, produced by nvfp4moe.
+// hf_quant_config.json as ModelOpt writes it, produced by nvfp4moe: the plain
+// NVFP4 form, and the MIXED_PRECISION form of ModelOpt's DeepSeek-V4 export
+// (`nvfp4_modules` each {"quant_algo": "NVFP4", "group_size": 16}).
 std::string hf_quant_config_text(const std::vector<std::string>& exclude_modules);
+std::string hf_quant_config_mixed_text(const std::vector<std::string>& nvfp4_modules,
+                                       const std::vector<std::string>& exclude_modules);
+// The exclusions ModelOpt's DeepSeek-V4 export lists: attention and shared
+// experts stay FP8, the head unconverted, the MTP blocks in their format.
+std::vector<std::string> deepseek_excluded_modules();
+// The "quantization" object of the MIXED_PRECISION form.
+json::Value mixed_precision_manifest(const std::vector<std::string>& nvfp4_modules,
+                                     const std::vector<std::string>& exclude_modules);
+
+// config.json for one saved layer: transformers' keys with mlp_layer_types
+// (HuggingFace), or DeepSeek's published keys with num_hash_layers and the
+// quantization_config of ModelOpt's DeepSeek-V4 export (DeepSeek).
+std::string moe_config_json(const MoeConfig& c, int layer, CheckpointLayout layout);
 
 // ModelOpt NVFP4 tensor names of one linear weight "<prefix>.weight".
 struct Nvfp4Names {
@@ -35,6 +48,11 @@ struct Nvfp4Names {
         weight_scale_2(prefix + ".weight_scale_2"),
         input_scale(prefix + ".input_scale") {}
 };
+
+// The tensors of one MoE block (routed experts, router, shared expert) added
+// to `st` under `names`; `w` must outlive st.write(). Validates `w` first.
+class MoeNames;
+void append_moe_layer(SafetensorsWriter& st, const MoeNames& names, const MoeWeights& w);
 
 // A global scale tensor (F32, shape [] or [1]) as its value; throws naming the
 // tensor if the dtype/shape is off or the value is NaN, Inf or <= 0.

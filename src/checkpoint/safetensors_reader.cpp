@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 
+#include "checkpoint/dtypes.hpp"
 #include "common/json.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
@@ -28,38 +28,7 @@ namespace {
 // implementation's limit is 100 MB; real headers are well under 10 MB).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h >> 15) << 31;
-  int exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(float(mant), -24);  // zero or subnormal
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u |= sign;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  uint32_t u = exp == 31 ? (sign | 0x7F800000u | (mant << 13)) : (sign | (uint32_t(exp - 15 + 127) << 23) | (mant << 13));
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 }  // namespace
-
-DType parse_safetensors_dtype(const std::string& s) {
-  static const std::pair<const char*, DType> kNames[] = {
-      {"F64", DType::F64},   {"F32", DType::F32},   {"F16", DType::F16},         {"BF16", DType::BF16},
-      {"I64", DType::I64},   {"I32", DType::I32},   {"I16", DType::I16},         {"I8", DType::I8},
-      {"U64", DType::U64},   {"U32", DType::U32},   {"U16", DType::U16},         {"U8", DType::U8},
-      {"BOOL", DType::Bool}, {"F8_E4M3", DType::F8E4M3}, {"F8_E5M2", DType::F8E5M2},
-  };
-  for (const auto& [name, t] : kNames)
-    if (s == name) return t;
-  NVFP4_FAIL("unknown or unsupported safetensors dtype '", s,
-             "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E4M3 F8_E5M2)");
-}
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
@@ -68,33 +37,15 @@ int64_t TensorInfo::numel() const {
 }
 
 std::vector<float> TensorInfo::to_f32() const {
+  NVFP4_CHECK(dtypes::is_float_readable(dtype), "tensor ", name, ": dtype ", dtype_name(dtype),
+              " cannot be read as floats (F32 F64 F16 BF16 F8_E4M3 F8_E5M2 F8_E8M0 F8_E4M3FNUZ F8_E5M2FNUZ only)");
   const int64_t n = numel();
-  std::vector<float> out(size_t(n), 0.0f);
-  switch (dtype) {
-    case DType::F32: std::memcpy(out.data(), data, size_t(n) * 4); break;
-    case DType::F64:
-      for (int64_t i = 0; i < n; ++i) {
-        double d;
-        std::memcpy(&d, data + 8 * i, 8);
-        out[size_t(i)] = float(d);
-      }
-      break;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        Bf16 b;
-        std::memcpy(&b.bits, data + 2 * i, 2);
-        out[size_t(i)] = bf16_to_float(b);
-      }
-      break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
-        out[size_t(i)] = f16_to_f32(h);
-      }
-      break;
-    default: NVFP4_FAIL("tensor ", name, ": dtype ", dtype_name(dtype), " cannot be read as floats (F32/F64/F16/BF16 only)");
+  std::vector<float> out(static_cast<size_t>(n));
+  if (dtype == DType::F32) {
+    if (n) std::memcpy(out.data(), data, size_t(n) * 4);
+    return out;
   }
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = dtypes::element_value(dtype, data, i);
   return out;
 }
 
@@ -123,14 +74,8 @@ SafetensorsHeader parse_safetensors_header(const char* text, size_t len, uint64_
     } catch (const Error& err) {
       NVFP4_FAIL(what, ": ", err.what());
     }
-    // numel * element size with overflow checks: a hostile shape must not wrap.
-    uint64_t bytes = dtype_size(e.dtype);
-    for (const auto& d : shape->items(what + " shape")) {
-      int64_t x = d.as_int(what + " shape entry");
-      NVFP4_CHECK(x >= 0, what, ": negative dimension ", x, " in shape");
-      e.shape.push_back(x);
-      NVFP4_CHECK(!__builtin_mul_overflow(bytes, uint64_t(x), &bytes), what, ": shape size overflows 64 bits");
-    }
+    for (const auto& d : shape->items(what + " shape")) e.shape.push_back(d.as_int(what + " shape entry"));
+    const uint64_t bytes = dtypes::tensor_bytes(e.dtype, e.shape, what);
     const auto& o = offs->items(what + " data_offsets");
     NVFP4_CHECK(o.size() == 2, what, ": data_offsets must hold 2 numbers, got ", o.size());
     int64_t b = o[0].as_int(what + " data_offsets[0]"), en = o[1].as_int(what + " data_offsets[1]");

@@ -1,8 +1,9 @@
 // Writing safetensors: tensors are laid out largest element size first, so
 // every tensor starts at a multiple of its element size without gaps (the
-// reader, like the reference implementation, refuses gaps); the JSON header is
-// padded with spaces to a multiple of 8 so the data section is 8-aligned. The
-// file is streamed to a temporary name and renamed when complete.
+// reader, like the reference implementation, refuses gaps; sub-byte dtypes
+// come last, each tensor a whole number of bytes); the JSON header is padded
+// with spaces to a multiple of 8 so the data section is 8-aligned. The file is
+// streamed to a temporary name and renamed when complete.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "checkpoint/dtypes.hpp"
 #include "checkpoint/file_util.hpp"
 #include "common/json.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -20,12 +22,7 @@ namespace nvfp4moe {
 namespace {
 
 uint64_t byte_count(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
-  uint64_t n = dtype_size(dtype);
-  for (int64_t d : shape) {
-    NVFP4_CHECK(d >= 0, "SafetensorsWriter: tensor \"", name, "\" has negative dimension ", d);
-    n *= uint64_t(d);
-  }
-  return n;
+  return dtypes::tensor_bytes(dtype, shape, "SafetensorsWriter: tensor \"" + name + "\"");
 }
 
 }  // namespace
@@ -33,7 +30,8 @@ uint64_t byte_count(const std::string& name, DType dtype, const std::vector<int6
 void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
   NVFP4_CHECK(name != "__metadata__", "SafetensorsWriter: \"__metadata__\" is reserved, not a tensor name");
   NVFP4_CHECK(!names_.count(name), "SafetensorsWriter: duplicate tensor \"", name, "\"");
-  NVFP4_CHECK(data || byte_count(name, dtype, shape) == 0, "SafetensorsWriter: tensor \"", name, "\" has no data");
+  const uint64_t n = byte_count(name, dtype, shape);  // validates the shape first
+  NVFP4_CHECK(data || n == 0, "SafetensorsWriter: tensor \"", name, "\" has no data");
   items_.push_back(Item{name, dtype, std::move(shape), data, nullptr});
   names_.insert(name);
 }
@@ -55,7 +53,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::vector<const Item*> order;
   for (const auto& it : items_) order.push_back(&it);
   std::stable_sort(order.begin(), order.end(),
-                   [](const Item* a, const Item* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
+                   [](const Item* a, const Item* b) { return dtype_bits(a->dtype) > dtype_bits(b->dtype); });
 
   json::Value header = json::Value::object();
   if (!metadata_.empty()) {

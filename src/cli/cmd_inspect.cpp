@@ -1,13 +1,21 @@
-// `nvfp4moe inspect PATH [--json] [--layer L]`: the tensors of a .safetensors
-// file or model directory (dtype, shape, bytes), the quantization recognised
-// per layer, for every ModelOpt NVFP4 weight its global scale and the range of
-// its decoded block scales, and the MoE config when config.json is there.
+// `nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales]
+// [--headers-only]`: the tensors of a .safetensors file or model directory
+// (dtype, shape, bytes), the quantization recognised per layer, for every
+// ModelOpt NVFP4 weight its global scale and the range of its decoded block
+// scales, the MoE config when config.json is there, and a summary of every
+// MoE layer (routed-expert and shared-expert formats, router kind, scale
+// ranges, anything malformed).
+//
+// Whole model directories (~900 GB) take seconds: headers and config are
+// read, tensor data only for 0-d global scales and FP8 shared-expert tile
+// scales (summarize_moe_layers), and NVFP4 block scales only when they total
+// at most kBlockScaleBudget bytes or --block-scales asks. --headers-only reads
+// no tensor data at all; --summary leaves out the per-tensor lists.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <regex>
 
 #include "checkpoint/model_files.hpp"
 #include "cli/args.hpp"
@@ -21,9 +29,14 @@ namespace nvfp4moe::cli {
 
 namespace {
 
+// Block scales read by default: enough for any test or single-layer file,
+// a small fraction of a full model's (~100 GB of block scales in DeepSeek-V4-Pro).
+constexpr uint64_t kBlockScaleBudget = 256ull << 20;
+
 struct Nvfp4Info {
   std::string prefix;
   float global_scale = 0;
+  bool scales_read = false;
   float scale_min = 0, scale_max = 0;  // decoded UE4M3 block scales
   std::string error;                   // a malformed triple, reported instead of thrown
 };
@@ -33,27 +46,32 @@ bool ends_with(const std::string& s, const char* suf) {
   return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
 }
 
-// "model.layers.12.mlp..." -> 12, else -1.
+// "model.layers.12.mlp..." or "layers.12.ffn..." -> 12, else -1.
 int layer_of(const std::string& name) {
-  static const std::regex re(R"(^model\.layers\.([0-9]+)\.)");
-  std::smatch m;
-  if (!std::regex_search(name, m, re)) return -1;
-  return int(std::stol(m[1].str()));
+  const char* p = name.c_str();
+  if (std::strncmp(p, "model.", 6) == 0) p += 6;
+  if (std::strncmp(p, "layers.", 7) != 0) return -1;
+  p += 7;
+  int v = 0, digits = 0;
+  for (; *p >= '0' && *p <= '9' && digits < 9; ++p, ++digits) v = v * 10 + (*p - '0');
+  return digits && *p == '.' ? v : -1;
 }
 
-Nvfp4Info describe_nvfp4(const ModelDir& dir, const std::string& prefix) {
+Nvfp4Info describe_nvfp4(const ModelDir& dir, const std::string& prefix, bool read_global, bool read_blocks) {
   Nvfp4Info info;
   info.prefix = prefix;
   try {
     Nvfp4Names n(prefix);
     const TensorInfo& s = dir.get(n.weight_scale);
-    info.global_scale = read_global_scale(dir.get(n.weight_scale_2));
+    if (read_global) info.global_scale = read_global_scale(dir.get(n.weight_scale_2));
+    if (!read_blocks) return info;
     float lo = INFINITY, hi = 0.0f;
     for (uint64_t i = 0; i < s.nbytes; ++i) {
       float v = e4m3_decode(s.data[i]);
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
+    info.scales_read = true;
     info.scale_min = s.nbytes ? lo : 0.0f;
     info.scale_max = hi;
   } catch (const Error& e) {
@@ -85,54 +103,119 @@ json::Value config_value(const MoeConfig& c) {
                         {"norm_topk_prob", Value::boolean(c.norm_topk_prob)}});
 }
 
-}  // namespace
+json::Value range_value(const ValueRange& r) {
+  using json::Value;
+  if (!r.count) return Value();
+  return Value::object({{"min", Value::number(r.min)}, {"max", Value::number(r.max)}, {"count", Value::integer(r.count)}});
+}
 
-int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, {"json", "help"});
-  if (args.has("help") || args.positional().empty()) {
-    std::fprintf(args.has("help") ? stdout : stderr,
-                 "usage: nvfp4moe inspect PATH [--json] [--layer L]\n"
-                 "  PATH: a .safetensors file or a model directory (sharded too).\n");
-    return args.has("help") ? 0 : 2;
+json::Value layer_value(const MoeLayerSummary& s) {
+  using json::Value;
+  Value problems = Value::array();
+  for (const std::string& p : s.problems) problems.push(Value::string(p));
+  return Value::object({{"block", Value::string(s.block)},
+                        {"index", Value::integer(s.index)},
+                        {"mtp", Value::boolean(s.mtp)},
+                        {"experts", Value::integer(s.experts)},
+                        {"routed_format", Value::string(s.routed_format)},
+                        {"shared_format", Value::string(s.shared_format)},
+                        {"router", Value::string(s.router)},
+                        {"bias", Value::boolean(s.bias)},
+                        {"manifest_algo", Value::string(s.manifest_algo)},
+                        {"loadable", Value::boolean(s.loadable)},
+                        {"weight_scale_2", range_value(s.weight_scale_2)},
+                        {"input_scale", range_value(s.input_scale)},
+                        {"shared_scale", range_value(s.shared_scale)},
+                        {"problems", std::move(problems)}});
+}
+
+std::string range_text(const ValueRange& r) {
+  if (!r.count) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g..%.4g", r.min, r.max);
+  return buf;
+}
+
+std::string not_loadable_reason(const MoeLayerSummary& s) {
+  if (s.routed_format != "NVFP4")
+    return "not loadable (routed experts " + (s.routed_format.empty() ? std::string("absent") : s.routed_format) +
+           "; nvfp4moe runs NVFP4)";
+  return "not loadable (see below)";
+}
+
+void print_layers(const std::vector<MoeLayerSummary>& layers) {
+  std::printf("MoE layers (%zu):\n", layers.size());
+  for (const auto& s : layers) {
+    const std::string router = s.router.empty() ? "none" : s.router + (s.bias ? "+bias" : "");
+    std::printf("  %-16s experts %s x%lld  shared %s  router %s  weight_scale_2 %s  input_scale %s  "
+                "shared_scale %s  manifest %s  %s\n",
+                s.block.c_str(), s.routed_format.empty() ? "none" : s.routed_format.c_str(), (long long)s.experts,
+                s.shared_format.empty() ? "none" : s.shared_format.c_str(), router.c_str(),
+                range_text(s.weight_scale_2).c_str(), range_text(s.input_scale).c_str(),
+                range_text(s.shared_scale).c_str(), s.manifest_algo.empty() ? "-" : s.manifest_algo.c_str(),
+                s.loadable ? "loadable" : not_loadable_reason(s).c_str());
+    for (const std::string& p : s.problems) std::printf("    MALFORMED: %s\n", p.c_str());
   }
-  args.allow_only({"json", "help", "layer"});
-  NVFP4_CHECK(args.positional().size() == 1, "inspect takes one PATH, got ", args.positional().size());
-  const ModelDir dir(args.positional()[0]);
-  const bool as_json = args.has("json");
+}
 
-  // NVFP4 triples and per-layer counts.
+struct Inspection {
+  std::vector<std::string> names;
   std::vector<Nvfp4Info> nvfp4;
   std::map<int, std::pair<int, int>> per_layer;  // layer -> (NVFP4 weights, other weights)
-  const auto names = dir.tensor_names();
-  for (const auto& name : names) {
+  bool block_scales_read = false;
+  uint64_t block_scale_bytes = 0;
+  std::optional<MoeConfig> moe;
+  std::string moe_error;
+  std::vector<MoeLayerSummary> layers;
+};
+
+Inspection inspect(const ModelDir& dir, const Args& args) {
+  Inspection r;
+  r.names = dir.tensor_names();
+  const bool headers_only = args.has("headers-only");
+  std::vector<std::string> prefixes;
+  for (const auto& name : r.names) {
     if (!ends_with(name, ".weight")) continue;
     const std::string prefix = name.substr(0, name.size() - 7);
     const bool q = dir.get(name).dtype == DType::U8 && dir.has(prefix + ".weight_scale") &&
                    dir.has(prefix + ".weight_scale_2");
-    auto& counts = per_layer[layer_of(name)];
+    auto& counts = r.per_layer[layer_of(name)];
     (q ? counts.first : counts.second)++;
-    if (q) nvfp4.push_back(describe_nvfp4(dir, prefix));
+    if (q) {
+      prefixes.push_back(prefix);
+      r.block_scale_bytes += dir.get(prefix + ".weight_scale").nbytes;
+    }
   }
-  std::optional<MoeConfig> moe;
-  std::string moe_error;
+  r.block_scales_read = !headers_only && !args.has("summary") &&
+                        (args.has("block-scales") || r.block_scale_bytes <= kBlockScaleBudget);
+  // The per-weight list (global scale and block-scale range of each) is left out with --summary.
+  if (!args.has("summary"))
+    for (const auto& p : prefixes) r.nvfp4.push_back(describe_nvfp4(dir, p, !headers_only, r.block_scales_read));
   const int layer = int(args.get_int("layer", -1));
   if (!dir.config_json().empty()) {
     try {
       // The first layer that has routed experts, unless --layer names one.
-      int l = layer >= 0 ? layer : (per_layer.empty() ? 0 : std::max(0, per_layer.begin()->first));
-      moe = read_moe_config(dir, l);
+      int l = layer >= 0 ? layer : (r.per_layer.empty() ? 0 : std::max(0, r.per_layer.begin()->first));
+      r.moe = read_moe_config(dir, l);
     } catch (const Error& e) {
-      moe_error = e.what();
+      r.moe_error = e.what();
     }
   }
+  r.layers = summarize_moe_layers(dir, !headers_only);
+  return r;
+}
 
-  if (as_json) {
-    using json::Value;
-    Value root = Value::object();
-    root.set("path", Value::string(dir.path()));
-    root.set("quant_algo", Value::string(dir.quant_algo()));
+void print_json(const ModelDir& dir, const Inspection& r, bool summary) {
+  using json::Value;
+  Value root = Value::object();
+  root.set("path", Value::string(dir.path()));
+  root.set("quant_algo", Value::string(dir.quant_algo()));
+  root.set("layout", Value::string(layout_name(dir.layout())));
+  root.set("config_file", Value::string(dir.config_name()));
+  root.set("tensor_count", Value::integer(int64_t(r.names.size())));
+  if (!summary) {
     Value tensors = Value::array();
-    for (const auto& name : names) {
+    for (const auto& name : r.names) {
       const TensorInfo& t = dir.get(name);
       Value shape = Value::array();
       for (int64_t d : t.shape) shape.push(Value::integer(d));
@@ -142,63 +225,101 @@ int cmd_inspect(int argc, char** argv) {
                                   {"bytes", Value::integer(int64_t(t.nbytes))}}));
     }
     root.set("tensors", std::move(tensors));
-    Value layers = Value::array();
-    for (const auto& [l, c] : per_layer)
-      layers.push(Value::object({{"layer", Value::integer(l)},
-                                 {"nvfp4_weights", Value::integer(c.first)},
-                                 {"other_weights", Value::integer(c.second)}}));
-    root.set("layers", std::move(layers));
-    Value q = Value::array();
-    for (const auto& i : nvfp4) {
-      Value v = Value::object({{"prefix", Value::string(i.prefix)}});
-      if (i.error.empty()) {
-        v.set("global_scale", Value::number(i.global_scale));
+  }
+  Value layers = Value::array();
+  for (const auto& [l, c] : r.per_layer)
+    layers.push(Value::object({{"layer", Value::integer(l)},
+                               {"nvfp4_weights", Value::integer(c.first)},
+                               {"other_weights", Value::integer(c.second)}}));
+  root.set("layers", std::move(layers));
+  root.set("block_scales_read", Value::boolean(r.block_scales_read));
+  Value q = Value::array();
+  for (const auto& i : r.nvfp4) {
+    Value v = Value::object({{"prefix", Value::string(i.prefix)}});
+    if (i.error.empty()) {
+      v.set("global_scale", Value::number(i.global_scale));
+      if (i.scales_read) {
         v.set("block_scale_min", Value::number(i.scale_min));
         v.set("block_scale_max", Value::number(i.scale_max));
-      } else {
-        v.set("error", Value::string(i.error));
       }
-      q.push(std::move(v));
+    } else {
+      v.set("error", Value::string(i.error));
     }
-    root.set("nvfp4", std::move(q));
-    if (moe) root.set("moe_config", config_value(*moe));
-    if (!moe_error.empty()) root.set("moe_config_error", Value::string(moe_error));
-    std::printf("%s\n", json::dump(root, 2).c_str());
-    return 0;
+    q.push(std::move(v));
   }
+  if (!summary) root.set("nvfp4", std::move(q));
+  if (r.moe) root.set("moe_config", config_value(*r.moe));
+  if (!r.moe_error.empty()) root.set("moe_config_error", Value::string(r.moe_error));
+  Value moe_layers = Value::array();
+  for (const auto& s : r.layers) moe_layers.push(layer_value(s));
+  root.set("moe_layers", std::move(moe_layers));
+  std::printf("%s\n", json::dump(root, 2).c_str());
+}
 
-  std::printf("%s: %zu tensors%s%s\n", dir.path().c_str(), names.size(),
-              dir.quant_algo().empty() ? "" : ", quant_algo ", dir.quant_algo().c_str());
-  for (const auto& name : names) {
-    const TensorInfo& t = dir.get(name);
-    std::printf("  %-72s %-8s %-18s %12llu B\n", name.c_str(), dtype_name(t.dtype), shape_str(t.shape).c_str(),
-                (unsigned long long)t.nbytes);
-  }
+void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
+  std::printf("%s: %zu tensors%s%s, %s layout\n", dir.path().c_str(), r.names.size(),
+              dir.quant_algo().empty() ? "" : ", quant_algo ", dir.quant_algo().c_str(), layout_name(dir.layout()));
+  if (!summary)
+    for (const auto& name : r.names) {
+      const TensorInfo& t = dir.get(name);
+      std::printf("  %-72s %-8s %-18s %12llu B\n", name.c_str(), dtype_name(t.dtype), shape_str(t.shape).c_str(),
+                  (unsigned long long)t.nbytes);
+    }
   std::printf("quantization per layer:\n");
-  for (const auto& [l, c] : per_layer) {
+  for (const auto& [l, c] : r.per_layer) {
     std::string where = l < 0 ? std::string("(no layer)") : "layer " + std::to_string(l);
     std::printf("  %-12s %d NVFP4 (ModelOpt) weights, %d other weights\n", where.c_str(), c.first, c.second);
   }
-  if (!nvfp4.empty()) {
+  if (!r.nvfp4.empty()) {
     std::printf("NVFP4 weights (global scale g; decoded block scale min..max):\n");
-    for (const auto& i : nvfp4) {
-      if (i.error.empty())
+    if (!r.block_scales_read)
+      std::printf("  (block scales not read: %.3g GB of them; --block-scales reads them)\n",
+                  double(r.block_scale_bytes) * 1e-9);
+    for (const auto& i : r.nvfp4) {
+      if (!i.error.empty())
+        std::printf("  %-64s MALFORMED: %s\n", i.prefix.c_str(), i.error.c_str());
+      else if (i.scales_read)
         std::printf("  %-64s g=%.6g  scales %.6g..%.6g\n", i.prefix.c_str(), i.global_scale, i.scale_min,
                     i.scale_max);
       else
-        std::printf("  %-64s MALFORMED: %s\n", i.prefix.c_str(), i.error.c_str());
+        std::printf("  %-64s g=%.6g\n", i.prefix.c_str(), i.global_scale);
     }
   }
-  if (moe) {
+  if (r.moe) {
+    const MoeConfig* m = &*r.moe;
     std::printf("MoE config: H=%lld I=%lld E=%lld top_k=%lld shared=%lld rho=%g swiglu_limit=%s scoring=%s "
                 "norm_topk_prob=%s hash_routed(layer)=%s\n",
-                (long long)moe->hidden, (long long)moe->intermediate, (long long)moe->experts,
-                (long long)moe->top_k, (long long)moe->shared_experts, moe->routed_scaling_factor,
-                moe->swiglu_limit ? std::to_string(*moe->swiglu_limit).c_str() : "none", scoring_name(moe->scoring),
-                moe->norm_topk_prob ? "true" : "false", moe->hash_routed ? "yes" : "no");
-  } else if (!moe_error.empty()) {
-    std::printf("MoE config: not readable: %s\n", moe_error.c_str());
+                (long long)m->hidden, (long long)m->intermediate, (long long)m->experts, (long long)m->top_k,
+                (long long)m->shared_experts, m->routed_scaling_factor,
+                m->swiglu_limit ? std::to_string(*m->swiglu_limit).c_str() : "none", scoring_name(m->scoring),
+                m->norm_topk_prob ? "true" : "false", m->hash_routed ? "yes" : "no");
+  } else if (!r.moe_error.empty()) {
+    std::printf("MoE config: not readable: %s\n", r.moe_error.c_str());
   }
+  if (!r.layers.empty()) print_layers(r.layers);
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  Args args(argc, argv, {"json", "help", "summary", "block-scales", "headers-only"});
+  if (args.has("help") || args.positional().empty()) {
+    std::fprintf(args.has("help") ? stdout : stderr,
+                 "usage: nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales] [--headers-only]\n"
+                 "  PATH: a .safetensors file or a model directory (sharded too, either layout).\n"
+                 "  --summary: leave out the per-tensor and per-weight lists (whole models).\n"
+                 "  --block-scales: read NVFP4 block scales even beyond 256 MB of them.\n"
+                 "  --headers-only: read no tensor data (no scale values or ranges).\n");
+    return args.has("help") ? 0 : 2;
+  }
+  args.allow_only({"json", "help", "layer", "summary", "block-scales", "headers-only"});
+  NVFP4_CHECK(args.positional().size() == 1, "inspect takes one PATH, got ", args.positional().size());
+  const ModelDir dir(args.positional()[0]);
+  const Inspection r = inspect(dir, args);
+  if (args.has("json"))
+    print_json(dir, r, args.has("summary"));
+  else
+    print_text(dir, r, args.has("summary"));
   return 0;
 }
 

@@ -21,7 +21,9 @@ namespace {
 void print_usage() {
   std::printf(
       "usage: nvfp4moe run --model DIR --layer L --input X.safetensors --output Y.safetensors\n"
-      "                    [--device cpu|cuda] [--ep R] [--threads N] [--static-input-scales]\n"
+      "                    [--device cpu|cuda] [--ep R] [--threads N] [--static-input-scales] [--mtp]\n"
+      "DIR: either checkpoint layout (DeepSeek's layers.L.ffn.* or Hugging Face's model.layers.L.mlp.*);\n"
+      "--mtp: L is an MTP block (mtp.L.ffn.*). Layers whose routed experts are not NVFP4 are refused.\n"
       "X: hidden_states [T, H] bf16|f32; optional token_ids [T] int32|int64 (required for hash-routed\n"
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"
@@ -85,12 +87,13 @@ OwnedTensor read_input(const SafetensorsFile& f, const std::string& name, std::i
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  Args args(argc, argv, {"help", "static-input-scales"});
+  Args args(argc, argv, {"help", "static-input-scales", "mtp"});
   if (args.has("help")) {
     print_usage();
     return 0;
   }
-  args.allow_only({"help", "model", "layer", "input", "output", "device", "ep", "threads", "static-input-scales"});
+  args.allow_only(
+      {"help", "model", "layer", "input", "output", "device", "ep", "threads", "static-input-scales", "mtp"});
   const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
   const int layer = int(args.get_int("layer", -1));
   NVFP4_CHECK(args.has("layer") && layer >= 0, "--layer: a layer index >= 0 is required");
@@ -104,6 +107,7 @@ int cmd_run(int argc, char** argv) {
   const ModelDir dir(model);
   LoadOptions lo;
   lo.static_l1_input = lo.static_l2_input = args.has("static-input-scales");
+  lo.mtp = args.has("mtp");
   MoeWeights weights = load_moe_layer(dir, layer, lo);
   const MoeConfig cfg = weights.config;
 

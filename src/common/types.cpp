@@ -6,25 +6,39 @@
 
 namespace nvfp4moe {
 
-std::size_t dtype_size(DType t) {
+std::size_t dtype_bits(DType t) {
   switch (t) {
     case DType::F64:
     case DType::I64:
-    case DType::U64: return 8;
+    case DType::U64:
+    case DType::C64: return 64;
     case DType::F32:
     case DType::I32:
-    case DType::U32: return 4;
+    case DType::U32: return 32;
     case DType::F16:
     case DType::BF16:
     case DType::I16:
-    case DType::U16: return 2;
+    case DType::U16: return 16;
     case DType::U8:
     case DType::I8:
     case DType::F8E4M3:
     case DType::F8E5M2:
-    case DType::Bool: return 1;
+    case DType::F8E8M0:
+    case DType::F8E4M3Fnuz:
+    case DType::F8E5M2Fnuz:
+    case DType::Bool: return 8;
+    case DType::F6E2M3:
+    case DType::F6E3M2: return 6;
+    case DType::F4: return 4;
   }
   NVFP4_FAIL("unknown dtype ", int(t));
+}
+
+std::size_t dtype_size(DType t) {
+  const std::size_t bits = dtype_bits(t);
+  NVFP4_CHECK(bits % 8 == 0, "dtype ", dtype_name(t), " has ", bits,
+              "-bit elements: a size in bytes exists only for a whole tensor");
+  return bits / 8;
 }
 
 const char* dtype_name(DType t) {
@@ -44,6 +58,13 @@ const char* dtype_name(DType t) {
     case DType::U32: return "U32";
     case DType::U64: return "U64";
     case DType::F8E5M2: return "F8_E5M2";
+    case DType::F8E8M0: return "F8_E8M0";
+    case DType::F8E4M3Fnuz: return "F8_E4M3FNUZ";
+    case DType::F8E5M2Fnuz: return "F8_E5M2FNUZ";
+    case DType::F4: return "F4";
+    case DType::F6E2M3: return "F6_E2M3";
+    case DType::F6E3M2: return "F6_E3M2";
+    case DType::C64: return "C64";
   }
   return "?";
 }

@@ -25,13 +25,7 @@ class CpuBackend final : public MoeBackendImpl {
                 ", config H=", c.hidden, " I=", c.intermediate);
     validate_router(c, w_.router);
     l1_static_g_ = static_l1_input_scale(c, w_.experts);  // used when the L1 input is static
-    if (c.shared_experts > 0) {
-      const int64_t n = c.shared_inter() * c.hidden;
-      NVFP4_CHECK(int64_t(w_.shared.w1.size()) == n && int64_t(w_.shared.w3.size()) == n &&
-                      int64_t(w_.shared.w2.size()) == n,
-                  "cpu backend: shared expert weights have w1=", w_.shared.w1.size(), " w3=",
-                  w_.shared.w3.size(), " w2=", w_.shared.w2.size(), " elements, expected ", n, " each");
-    }
+    if (c.shared_experts > 0) w_.shared.validate(c.hidden, c.shared_inter());
   }
 
   const MoeConfig& config() const override { return w_.config; }

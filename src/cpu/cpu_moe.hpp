@@ -77,7 +77,8 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
                         const float* l2_static_g, float* o, int threads);
 
 // ---- shared expert --------------------------------------------------------------
-// out [T, H] = W2s . swiglu(W1s x, W3s x), FP32 math on x (unquantized).
+// out [T, H] = W2s . swiglu(W1s x, W3s x), FP32 math on x (unquantized); BF16
+// or block-scaled FP8 weights (SharedExpertWeights::format), validated first.
 void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
                        float* out, int threads);
 

@@ -18,9 +18,9 @@
 
 #include "cpu/cpu_moe.hpp"
 #include "cpu/tensor_values.hpp"
-#include "moe/forward_checks.hpp"
 #include "ep/cpu_ep_plan.hpp"
 #include "ep/ep_index.hpp"
+#include "moe/forward_checks.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe {

@@ -27,8 +27,8 @@
 
 #include "cuda/kernels/grouping_slots.cuh"
 #include "cuda/kernels/warp_scan.cuh"
-#include "ep/ep_index.hpp"
 #include "cuda/layout/grouped_gemm_plan.hpp"
+#include "ep/ep_index.hpp"
 #include "nvfp4moe/moe.hpp"  // ErrorBits
 
 namespace nvfp4moe::ep {

@@ -101,4 +101,33 @@ ExpertWeights ExpertWeights::slice(int64_t first, int64_t n) const {
   return s;
 }
 
+void SharedExpertWeights::validate(int64_t hidden, int64_t inter) const {
+  const int64_t H = hidden, Is = inter, t = kFp8Tile;
+  auto size_is = [&](size_t got, int64_t want, const char* name) {
+    NVFP4_CHECK(int64_t(got) == want, "SharedExpertWeights (shared expert): ", name, "=", got, " elements, expected ",
+                want, " (Is=", Is, " H=", H, ", format ", format == SharedExpertFormat::Bf16 ? "BF16" : "FP8", ")");
+  };
+  if (format == SharedExpertFormat::Bf16) {
+    size_is(w1.size(), Is * H, "w1");
+    size_is(w3.size(), Is * H, "w3");
+    size_is(w2.size(), H * Is, "w2");
+    return;
+  }
+  const int64_t ti = (Is + t - 1) / t, th = (H + t - 1) / t;
+  size_is(w1_fp8.size(), Is * H, "w1_fp8");
+  size_is(w3_fp8.size(), Is * H, "w3_fp8");
+  size_is(w2_fp8.size(), H * Is, "w2_fp8");
+  size_is(w1_scale.size(), ti * th, "w1_scale");
+  size_is(w3_scale.size(), ti * th, "w3_scale");
+  size_is(w2_scale.size(), th * ti, "w2_scale");
+  for (const auto* v : {&w1_scale, &w3_scale, &w2_scale}) {
+    const char* name = v == &w1_scale ? "w1_scale" : v == &w3_scale ? "w3_scale" : "w2_scale";
+    const int64_t cols = v == &w2_scale ? ti : th;
+    for (size_t i = 0; i < v->size(); ++i)
+      NVFP4_CHECK(std::isfinite((*v)[i]) && (*v)[i] > 0, "SharedExpertWeights (shared expert): ", name,
+                  " of tile (", int64_t(i) / cols, ", ", int64_t(i) % cols, ") is ", (*v)[i],
+                  " (must be finite and > 0)");
+  }
+}
+
 }  // namespace nvfp4moe

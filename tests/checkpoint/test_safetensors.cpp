@@ -36,23 +36,31 @@ TEST(Safetensors, WriterLayoutGolden) {
   EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors.tmp." + std::to_string(::getpid())));
 }
 
+// Every dtype of the safetensors reference implementation
+// (huggingface/safetensors, safetensors/src/tensor.rs, enum Dtype).
+const DType kAllDtypes[] = {DType::F64,    DType::F32,        DType::F16,        DType::BF16,   DType::I64,
+                            DType::I32,    DType::I16,        DType::I8,         DType::U64,    DType::U32,
+                            DType::U16,    DType::U8,         DType::Bool,       DType::F8E4M3, DType::F8E5M2,
+                            DType::F8E8M0, DType::F8E4M3Fnuz, DType::F8E5M2Fnuz, DType::F4,     DType::F6E2M3,
+                            DType::F6E3M2, DType::C64};
+
 TEST(Safetensors, RoundTripOfEveryDtype) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   test::Rng rng(seed);
-  const DType all[] = {DType::F64, DType::F32,  DType::F16,    DType::BF16,  DType::I64,
-                       DType::I32, DType::I16,  DType::I8,     DType::U64,   DType::U32,
-                       DType::U16, DType::U8,   DType::Bool,   DType::F8E4M3, DType::F8E5M2};
   ScratchDir dir;
   SafetensorsWriter w;
   std::vector<std::vector<uint8_t>> payload;
-  for (DType t : all) {
-    const int64_t rows = 1 + rng.below(5), cols = 1 + rng.below(7);
-    std::vector<uint8_t> b(size_t(rows * cols) * dtype_size(t));
+  std::vector<std::vector<int64_t>> shapes;
+  for (DType t : kAllDtypes) {
+    // Sub-byte dtypes: 4 columns a row keep every tensor whole bytes (F4: 2 bytes, F6: 3 bytes).
+    const int64_t rows = 1 + rng.below(5), cols = dtype_bits(t) < 8 ? 4 : 1 + rng.below(7);
+    std::vector<uint8_t> b(size_t(rows * cols) * dtype_bits(t) / 8);
     for (auto& x : b) x = uint8_t(rng.next());
     if (t == DType::Bool)
       for (auto& x : b) x &= 1;
     payload.push_back(b);
+    shapes.push_back({rows, cols});
     w.add_owned(std::string("t_") + dtype_name(t), t, {rows, cols}, b);
     EXPECT_EQ(parse_safetensors_dtype(dtype_name(t)), t);
   }
@@ -62,17 +70,44 @@ TEST(Safetensors, RoundTripOfEveryDtype) {
 
   SafetensorsFile f(dir / "all.safetensors");
   EXPECT_EQ(f.metadata().at("format"), "pt");
-  EXPECT_EQ(f.tensors().size(), std::size(all) + 1);
-  for (size_t i = 0; i < std::size(all); ++i) {
-    const TensorInfo& t = f.get(std::string("t_") + dtype_name(all[i]));
-    EXPECT_EQ(t.dtype, all[i]);
-    ASSERT_EQ(t.nbytes, payload[i].size()) << dtype_name(all[i]);
-    EXPECT_BYTES_EQ(t.data, payload[i].data(), int64_t(t.nbytes), dtype_name(all[i]));
-    EXPECT_EQ(uintptr_t(t.data) % dtype_size(all[i]), 0u) << dtype_name(all[i]) << " not aligned";
+  EXPECT_EQ(f.tensors().size(), std::size(kAllDtypes) + 1);
+  for (size_t i = 0; i < std::size(kAllDtypes); ++i) {
+    const DType t = kAllDtypes[i];
+    const TensorInfo& ti = f.get(std::string("t_") + dtype_name(t));
+    EXPECT_EQ(ti.dtype, t);
+    EXPECT_EQ(ti.shape, shapes[i]) << dtype_name(t);
+    ASSERT_EQ(ti.nbytes, payload[i].size()) << dtype_name(t);
+    EXPECT_BYTES_EQ(ti.data, payload[i].data(), int64_t(ti.nbytes), dtype_name(t));
+    const size_t align = std::max<size_t>(1, dtype_bits(t) / 8);
+    EXPECT_EQ(uintptr_t(ti.data) % align, 0u) << dtype_name(t) << " not aligned";
   }
   EXPECT_EQ(f.get("empty").numel(), 0);
   EXPECT_EQ(f.find("nope"), nullptr);
   EXPECT_ERROR_CONTAINS(f.get("nope"), "all.safetensors", "missing tensor \"nope\"");
+}
+
+TEST(Safetensors, SubByteDtypesCountBitsAndMustFillWholeBytes) {
+  EXPECT_EQ(dtype_bits(DType::F4), 4u);
+  EXPECT_EQ(dtype_bits(DType::F6E2M3), 6u);
+  EXPECT_EQ(dtype_bits(DType::F6E3M2), 6u);
+  EXPECT_EQ(dtype_bits(DType::C64), 64u);
+  EXPECT_EQ(dtype_size(DType::C64), 8u);
+  EXPECT_EQ(dtype_size(DType::F8E8M0), 1u);
+  EXPECT_ERROR_CONTAINS(dtype_size(DType::F4), "F4", "4-bit");
+  // F4 [2, 3]: 24 bits = 3 bytes; F6 [4]: 3 bytes; a header saying so is read.
+  const std::string h = R"({"a":{"dtype":"F4","shape":[2,3],"data_offsets":[0,3]},)"
+                        R"("b":{"dtype":"F6_E3M2","shape":[4],"data_offsets":[3,6]}})";
+  SafetensorsHeader parsed = parse_safetensors_header(h.data(), h.size(), 6, "mem");
+  ASSERT_EQ(parsed.entries.size(), 2u);
+  EXPECT_EQ(parsed.entries[0].dtype, DType::F4);
+  EXPECT_EQ(parsed.entries[1].end - parsed.entries[1].begin, 3u);
+  // F4 [3] is 12 bits: not whole bytes, refused as the reference implementation does.
+  const std::string odd = R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})";
+  EXPECT_ERROR_CONTAINS(parse_safetensors_header(odd.data(), odd.size(), 2, "mem"), "tensor \"a\"", "12 bits of F4",
+                        "not a whole number of bytes");
+  SafetensorsWriter w;
+  const uint8_t b[2] = {0, 0};
+  EXPECT_ERROR_CONTAINS(w.add("odd", DType::F6E2M3, {3}, b), "\"odd\"", "18 bits of F6_E2M3");
 }
 
 TEST(Safetensors, ToF32ConvertsFloatDtypes) {
@@ -91,6 +126,49 @@ TEST(Safetensors, ToF32ConvertsFloatDtypes) {
   EXPECT_EQ(f.get("h").to_f32(), (std::vector<float>{1.0f, -5.0f, std::ldexp(1.0f, -24)}));
   EXPECT_EQ(f.get("bf").to_f32(), (std::vector<float>{1.0f, -5.0f}));
   EXPECT_ERROR_CONTAINS(f.get("i").to_f32(), "tensor i", "I32");
+}
+
+// The FP8 dtypes as bit patterns: each value checked against its definition.
+TEST(Safetensors, ToF32DecodesEveryFp8Dtype) {
+  struct Case {
+    DType dtype;
+    std::vector<uint8_t> bytes;
+    std::vector<float> want;  // NaN where the byte is NaN
+  };
+  const float nan = NAN;
+  const Case cases[] = {
+      // float8_e4m3fn: bias 7; 0x3F = 1.875 (never 63), 0x01 = 2^-9, 0x7E = 448, 0x7F NaN.
+      {DType::F8E4M3, {0x38, 0x3F, 0xBF, 0x01, 0x7E, 0x7F}, {1.0f, 1.875f, -1.875f, std::ldexp(1.0f, -9), 448.0f, nan}},
+      // float8_e5m2: bias 15; 0x3C = 1, 0x01 = 2^-16, 0x7C = Inf, 0x7D NaN.
+      {DType::F8E5M2, {0x3C, 0xC2, 0x01, 0x7B, 0x7C, 0x7D}, {1.0f, -3.0f, std::ldexp(1.0f, -16), 57344.0f, INFINITY, nan}},
+      // UE8M0: 2^(b-127); 0 -> 2^-127 (an FP32 subnormal), 254 -> 2^127, 0xFF NaN.
+      {DType::F8E8M0, {127, 128, 120, 0, 254, 0xFF}, {1.0f, 2.0f, 1.0f / 128, std::ldexp(1.0f, -127), std::ldexp(1.0f, 127), nan}},
+      // float8_e4m3fnuz: bias 8; 0x40 = 1, 0x01 = 2^-10, 0x80 the only NaN, 0xFF = -240.
+      {DType::F8E4M3Fnuz, {0x40, 0x01, 0x80, 0xFF, 0x00}, {1.0f, std::ldexp(1.0f, -10), nan, -240.0f, 0.0f}},
+      // float8_e5m2fnuz: bias 16; 0x40 = 1, 0x01 = 2^-17, 0x80 NaN, 0x7F = 57344.
+      {DType::F8E5M2Fnuz, {0x40, 0x01, 0x80, 0x7F}, {1.0f, std::ldexp(1.0f, -17), nan, 57344.0f}},
+  };
+  ScratchDir dir;
+  SafetensorsWriter w;
+  for (const auto& c : cases)
+    w.add(dtype_name(c.dtype), c.dtype, {int64_t(c.bytes.size())}, c.bytes.data());
+  w.write(dir / "f8.safetensors");
+  SafetensorsFile f(dir / "f8.safetensors");
+  for (const auto& c : cases) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    const std::vector<float> got = f.get(dtype_name(c.dtype)).to_f32();
+    ASSERT_EQ(got.size(), c.want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(c.want[i])) EXPECT_TRUE(std::isnan(got[i])) << "byte " << i << " = " << got[i];
+      else EXPECT_EQ(got[i], c.want[i]) << "byte " << i;
+    }
+  }
+  const std::vector<uint8_t> packed = {0x21};
+  SafetensorsWriter w4;
+  w4.add("q", DType::F4, {2}, packed.data());
+  w4.write(dir / "f4.safetensors");
+  EXPECT_ERROR_CONTAINS(SafetensorsFile(dir / "f4.safetensors").get("q").to_f32(), "tensor q", "F4",
+                        "cannot be read as floats");
 }
 
 TEST(Safetensors, WriterRefusesDuplicatesAndShortBuffers) {
@@ -130,8 +208,8 @@ std::vector<BadFile> bad_files() {
       {"header length beyond file", safetensors_bytes("{}", {}, 1000), {"header length 1000", "beyond the file"}},
       {"non-JSON header", st("not json", {}), {"invalid JSON at byte 0"}},
       {"header not an object", st("[1]", {}), {"must be a JSON object", "array"}},
-      {"unknown dtype", st(R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", {0}),
-       {"tensor \"w\"", "unknown or unsupported safetensors dtype 'F4'"}},
+      {"unknown dtype", st(R"({"w":{"dtype":"F8_E3M4","shape":[2],"data_offsets":[0,2]}})", {0, 0}),
+       {"tensor \"w\"", "unknown or unsupported safetensors dtype 'F8_E3M4'"}},
       {"shape/dtype/bytes mismatch", st(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", d16),
        {"tensor \"w\"", "need 24 bytes", "[0, 16) hold 16"}},
       {"offsets outside data", st(R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", d16),

@@ -118,3 +118,152 @@ def test_missing_and_malformed_layer_tensors(tmp_path, rng):
                                {n: d for n, d in dtypes.items() if d not in ("F32", "U8", "I32", "I64")})
     with pytest.raises(nvfp4moe.Error, match=r"experts.1.down_proj.weight"):
         nvfp4moe.load_moe(str(tmp_path), 2)
+
+
+def test_every_safetensors_dtype_is_read(tmp_path):
+    """The dtypes of the safetensors specification beyond NumPy's: FP8 kinds as
+    uint8 bit patterns, sub-byte F4 / F6 as their packed bytes, C64 as float32
+    (real, imaginary) pairs."""
+    header = {"s": {"dtype": "F8_E8M0", "shape": [2, 2], "data_offsets": [0, 4]},
+              "q": {"dtype": "F4", "shape": [2, 4], "data_offsets": [4, 8]},
+              "c": {"dtype": "C64", "shape": [1], "data_offsets": [8, 16]},
+              "f": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [16, 19]}}
+    data = bytes([127, 128, 0, 255, 0x21, 0x43, 0x65, 0x87]) + struct.pack("<ff", 1.5, -2.0) + bytes([1, 2, 3])
+    path = tmp_path / "mx.safetensors"
+    _write_raw(path, json.dumps(header).encode(), data)
+    f = nvfp4moe.SafetensorsFile(str(path))
+    assert [f.dtype(n) for n in ("s", "q", "c", "f")] == ["F8_E8M0", "F4", "C64", "F6_E2M3"]
+    assert f.shape("q") == [2, 4]  # elements, not bytes
+    np.testing.assert_array_equal(f.get("s"), np.array([[127, 128], [0, 255]], np.uint8))
+    np.testing.assert_array_equal(f.get("q"), np.array([0x21, 0x43, 0x65, 0x87], np.uint8))
+    np.testing.assert_array_equal(f.get("c"), np.array([1.5, -2.0], np.float32))
+    np.testing.assert_array_equal(f.get("f"), np.array([1, 2, 3], np.uint8))
+
+
+def test_deepseek_layout_round_trip_and_twin(tmp_path, rng):
+    """A layer saved in DeepSeek's layout (layers.L.ffn.*) loads to the same
+    weights and the same outputs as its Hugging Face twin."""
+    cfg = make_config(64, 32, 8, 2, 1)
+    w = nvfp4moe._C.make_weights(cfg, **make_tensors(cfg, rng))
+    nvfp4moe.save_moe(str(tmp_path / "a"), 4, w, layout="deepseek")
+    nvfp4moe.save_moe(str(tmp_path / "b"), 4, w)
+    assert nvfp4moe.model_layout(str(tmp_path / "a")) == "deepseek"
+    assert nvfp4moe.model_layout(str(tmp_path / "b")) == "huggingface"
+    names = nvfp4moe.SafetensorsFile(str(tmp_path / "a" / "model.safetensors")).names()
+    assert "layers.4.ffn.experts.7.w3.weight_scale_2" in names and "layers.4.ffn.gate.bias" in names
+    assert "layers.4.ffn.shared_experts.w2.weight" in names
+    a = nvfp4moe.load_moe_weights(str(tmp_path / "a"), 4)
+    b = nvfp4moe.load_moe_weights(str(tmp_path / "b"), 4)
+    for name in ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w2_weight", "w2_weight_scale",
+                 "w2_weight_scale_2", "router_gate", "shared_w1", "shared_w3", "shared_w2"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(w, name), err_msg=name)
+        np.testing.assert_array_equal(getattr(b, name), getattr(w, name), err_msg=name)
+    assert nvfp4moe.shared_expert_fp8(a) is None  # BF16 shared expert
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    np.testing.assert_array_equal(nvfp4moe.load_moe(str(tmp_path / "a"), 4).forward(x),
+                                  nvfp4moe.load_moe(str(tmp_path / "b"), 4).forward(x))
+    hq = json.loads((tmp_path / "a" / "hf_quant_config.json").read_text())["quantization"]
+    assert hq["quant_algo"] == "MIXED_PRECISION"
+    assert hq["quantized_layers"]["layers.4.ffn.experts"] == {"quant_algo": "NVFP4", "group_size": 16}
+    with pytest.raises(nvfp4moe.Error, match=r"MTP block 0.*Hugging Face layout has no MTP"):
+        nvfp4moe.load_moe_weights(str(tmp_path / "b"), 0, mtp=True)
+    with pytest.raises(nvfp4moe.Error, match=r"unknown checkpoint layout \"hf\""):
+        nvfp4moe.save_moe(str(tmp_path / "c"), 4, w, layout="hf")
+
+
+def _e4m3_values(bytes_):
+    return spec_ref.e4m3_value(bytes_).astype(np.float32)
+
+
+def test_fp8_shared_expert_with_e8m0_scales(tmp_path, rng):
+    """The official release's shared expert: E4M3 weights with one F8_E8M0
+    scale per 128x128 tile. It loads with the factors 2^(b-127) and computes
+    what BF16 weights of the same (exactly representable) values compute."""
+    H, I, Is = 256, 32, 160
+    cfg = make_config(H, I, 8, 2, 1)
+    cfg.shared_intermediate = Is
+    t = make_tensors(cfg, rng)
+    fp8, exps = {}, {}
+    for p, (n, k) in (("w1", (Is, H)), ("w3", (Is, H)), ("w2", (H, Is))):
+        q = rng.integers(0, 256, (n, k), dtype=np.uint8)
+        q[(q & 0x7F) == 0x7F] = 0x38  # no NaN
+        fp8[p] = q
+        exps[p] = rng.integers(117, 122, (-(-n // 128), -(-k // 128)), dtype=np.uint8)  # 2^-10 .. 2^-6
+    bf16 = {}
+    for p in ("w1", "w3", "w2"):
+        scale = np.ldexp(1.0, exps[p].astype(np.int32) - 127).astype(np.float32)
+        v = _e4m3_values(fp8[p]) * np.repeat(np.repeat(scale, 128, 0), 128, 1)[:fp8[p].shape[0], :fp8[p].shape[1]]
+        bf16[p] = (v.view(np.uint32) >> 16).astype(np.uint16)  # exact: 4 significant bits times 2^k
+    t = dict(t, shared_w1=bf16["w1"], shared_w3=bf16["w3"], shared_w2=bf16["w2"])
+    w = nvfp4moe._C.make_weights(cfg, **t)
+    nvfp4moe.save_moe(str(tmp_path), 1, w, layout="deepseek")
+    f = nvfp4moe.SafetensorsFile(str(tmp_path / "model.safetensors"))
+    tensors = {n: f.get(n) for n in f.names()}
+    dtypes = {n: f.dtype(n) for n in f.names()}
+    del f
+    for p in ("w1", "w3", "w2"):
+        tensors[f"layers.1.ffn.shared_experts.{p}.weight"] = fp8[p]
+        dtypes[f"layers.1.ffn.shared_experts.{p}.weight"] = "F8_E4M3"
+        tensors[f"layers.1.ffn.shared_experts.{p}.scale"] = exps[p]
+        dtypes[f"layers.1.ffn.shared_experts.{p}.scale"] = "F8_E8M0"
+    spec_ref.write_safetensors(tmp_path / "model.safetensors", tensors, dtypes)
+    s = nvfp4moe.load_moe_weights(str(tmp_path), 1)
+    got = nvfp4moe.shared_expert_fp8(s)
+    np.testing.assert_array_equal(got["w3"], fp8["w3"])
+    np.testing.assert_array_equal(got["w2_scale"], np.ldexp(1.0, exps["w2"].astype(np.int32) - 127))
+    x = rng.standard_normal((4, H)).astype(np.float32)
+    np.testing.assert_array_equal(nvfp4moe.Moe(s).forward(x), nvfp4moe.Moe(w).forward(x))
+    summary = nvfp4moe.summarize_moe_layers(str(tmp_path))
+    assert [(l["block"], l["routed_format"], l["shared_format"], l["loadable"]) for l in summary] == \
+        [("layers.1", "NVFP4", "FP8", True)]
+    assert summary[0]["shared_scale"]["min"] == float(np.ldexp(1.0, int(min(e.min() for e in exps.values())) - 127))
+    # A NaN scale byte (0xFF) is refused naming the tensor and the tile.
+    exps["w1"][1, 0] = 0xFF
+    tensors["layers.1.ffn.shared_experts.w1.scale"] = exps["w1"]
+    spec_ref.write_safetensors(tmp_path / "model.safetensors", tensors, dtypes)
+    with pytest.raises(nvfp4moe.Error, match=r"shared_experts\.w1\.scale.*byte 2 \(tile 1, 0\) is NaN \(0xff\)"):
+        nvfp4moe.load_moe_weights(str(tmp_path), 1)
+
+
+def test_vllm_names_of_both_layouts(tmp_path, rng):
+    """DeepSeek-native and Hugging Face expert tensors map onto vLLM's
+    w13_* / w2_* parameters as vLLM's DeepSeek-V4 loader maps them, and give
+    the weights the native loader reads."""
+    torch = pytest.importorskip("torch")
+    import nvfp4moe.vllm as nv
+
+    assert nv.expert_param("layers.3.ffn.experts.5.w3.weight_scale_2") == \
+        ("layers.3.ffn.experts.w13_weight_scale_2", 5, "w3")
+    assert nv.expert_param("layers.3.ffn.experts.5.w1.weight") == ("layers.3.ffn.experts.w13_weight", 5, "w1")
+    assert nv.expert_param("mtp.0.ffn.experts.2.w2.input_scale") == ("mtp.0.ffn.experts.w2_input_scale", 2, "w2")
+    assert nv.expert_param("model.layers.3.mlp.experts.5.up_proj.weight_scale") == \
+        ("model.layers.3.mlp.experts.w13_weight_scale", 5, "w3")
+    assert nv.expert_param("layers.3.ffn.shared_experts.w1.weight") is None
+    assert nv.expert_param("layers.3.ffn.experts.5.w1.scale") is None  # MXFP4's scale is no NVFP4 parameter
+
+    cfg = make_config(64, 32, 8, 2, 1)
+    w = nvfp4moe._C.make_weights(cfg, **make_tensors(cfg, rng))
+    for layout in ("deepseek", "huggingface"):
+        d = tmp_path / layout
+        nvfp4moe.save_moe(str(d), 2, w, layout=layout)
+        f = nvfp4moe.SafetensorsFile(str(d / "model.safetensors"))
+        tensors = {n: torch.from_numpy(f.get(n)) for n in f.names()}
+        p = nv.params_from_checkpoint(tensors, 2, 8, first_expert=2, local_experts=4)
+        native = nvfp4moe.load_moe_weights(str(d), 2, first_expert=2, expert_count=4)
+        np.testing.assert_array_equal(p["w13_weight"].numpy(), native.w13_weight)
+        np.testing.assert_array_equal(p["w13_weight_scale"].view(torch.uint8).numpy(), native.w13_weight_scale)
+        np.testing.assert_array_equal(p["w13_weight_scale_2"].numpy(), native.w13_weight_scale_2)
+        np.testing.assert_array_equal(p["w2_weight"].numpy(), native.w2_weight)
+        np.testing.assert_array_equal(p["w2_weight_scale"].view(torch.uint8).numpy(), native.w2_weight_scale)
+        np.testing.assert_array_equal(p["w2_weight_scale_2"].numpy(), native.w2_weight_scale_2)
+        np.testing.assert_array_equal(p["w13_input_scale"].max(dim=1).values.numpy(), native.w13_input_scale)
+        experts = nv.make_experts_from_checkpoint(tensors, 2, 8, 2, static_input_scales=False, device="cpu")
+        x = torch.from_numpy(rng.standard_normal((3, 64)).astype(np.float32))
+        ids = torch.tensor([[0, 5], [7, -1], [3, 3]], dtype=torch.int32)
+        wts = torch.tensor([[0.5, 0.25], [1.0, 0.0], [0.75, 0.125]], dtype=torch.float32)
+        full = nvfp4moe.load_moe_weights(str(d), 2)
+        full.config.shared_experts = 0
+        want = nvfp4moe.Moe(full).forward(x.numpy(), ids.numpy(), wts.numpy())
+        np.testing.assert_array_equal(experts.apply(x, ids, wts).numpy(), want)
+        with pytest.raises(nvfp4moe.Error, match=r"layer 3: no weight tensor for expert 0"):
+            nv.params_from_checkpoint(tensors, 3, 8)

@@ -144,24 +144,45 @@ RefRouting reference_router_f64(const MoeWeights& w, const std::vector<float>& x
   return r;
 }
 
+std::vector<double> shared_weights_f64(const SharedExpertWeights& s, int which, int64_t rows, int64_t cols) {
+  std::vector<double> w(size_t(rows * cols));
+  if (s.format == SharedExpertFormat::Bf16) {
+    const std::vector<Bf16>& b = which == 1 ? s.w1 : which == 3 ? s.w3 : s.w2;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = double(bf16_to_float(b[i]));
+    return w;
+  }
+  // FP8 E4M3 value times its 128x128 tile's factor, the product formed in double.
+  const std::vector<uint8_t>& q = which == 1 ? s.w1_fp8 : which == 3 ? s.w3_fp8 : s.w2_fp8;
+  const std::vector<float>& sc = which == 1 ? s.w1_scale : which == 3 ? s.w3_scale : s.w2_scale;
+  const int64_t t = SharedExpertWeights::kFp8Tile, tiles_c = (cols + t - 1) / t;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      w[size_t(r * cols + c)] =
+          double(e4m3_decode(q[size_t(r * cols + c)])) * double(sc[size_t((r / t) * tiles_c + c / t)]);
+  return w;
+}
+
 std::vector<double> reference_shared_f64(const MoeWeights& w, const std::vector<float>& x, int64_t T) {
   const MoeConfig& c = w.config;
   const int64_t H = c.hidden, Is = c.shared_inter();
   std::vector<double> y(size_t(T * H), 0.0);
   if (c.shared_experts == 0) return y;
+  const std::vector<double> w1 = shared_weights_f64(w.shared, 1, Is, H);
+  const std::vector<double> w3 = shared_weights_f64(w.shared, 3, Is, H);
+  const std::vector<double> w2 = shared_weights_f64(w.shared, 2, H, Is);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> h(static_cast<size_t>(Is));
     for (int64_t n = 0; n < Is; ++n) {
       double g = 0.0, u = 0.0;
       for (int64_t i = 0; i < H; ++i) {
-        g += double(bf16_to_float(w.shared.w1[size_t(n * H + i)])) * double(x[size_t(t * H + i)]);
-        u += double(bf16_to_float(w.shared.w3[size_t(n * H + i)])) * double(x[size_t(t * H + i)]);
+        g += w1[size_t(n * H + i)] * double(x[size_t(t * H + i)]);
+        u += w3[size_t(n * H + i)] * double(x[size_t(t * H + i)]);
       }
       h[size_t(n)] = swiglu(c, g, u);
     }
     for (int64_t o = 0; o < H; ++o) {
       double acc = 0.0;
-      for (int64_t n = 0; n < Is; ++n) acc += double(bf16_to_float(w.shared.w2[size_t(o * Is + n)])) * h[size_t(n)];
+      for (int64_t n = 0; n < Is; ++n) acc += w2[size_t(o * Is + n)] * h[size_t(n)];
       y[size_t(t * H + o)] = acc;
     }
   }

@@ -38,7 +38,12 @@ std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<flo
                                       const std::vector<int32_t>& ids, const std::vector<float>& weights,
                                       std::vector<uint8_t>* near_boundary = nullptr);
 
-// The shared expert alone in double, [T, H] (zeros when n_s == 0).
+// The shared expert's weights w1 (which = 1), w3 (3) or w2 (2), [rows, cols],
+// dequantized in double: BF16 values, or FP8 e4m3 value x tile factor.
+std::vector<double> shared_weights_f64(const SharedExpertWeights& s, int which, int64_t rows, int64_t cols);
+
+// The shared expert alone in double, [T, H] (zeros when n_s == 0), BF16 or
+// block-scaled FP8 weights (dequantized by shared_weights_f64).
 std::vector<double> reference_shared_f64(const MoeWeights& w, const std::vector<float>& x, int64_t tokens);
 
 }  // namespace nvfp4moe::test

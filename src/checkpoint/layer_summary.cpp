@@ -1,0 +1,173 @@
+// summarize_moe_layers: every MoE block of a checkpoint from one pass over
+// the tensor names, the dtypes and shapes of the headers, the model config
+// and the quantization manifest. Values read: 0-d global scales of NVFP4
+// experts and the FP8 shared experts' tile scales (small), nothing else.
+#include <array>
+#include <map>
+#include <set>
+
+#include "checkpoint/model_files.hpp"
+#include "checkpoint/moe_names.hpp"
+#include "checkpoint/shared_expert_io.hpp"
+#include "checkpoint/weight_format.hpp"
+#include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe {
+
+void ValueRange::add(float v) {
+  min = count ? std::min(min, v) : v;
+  max = count ? std::max(max, v) : v;
+  ++count;
+}
+
+namespace {
+
+// What the names of one block hold.
+struct BlockTensors {
+  std::map<int64_t, std::array<bool, 3>> experts;  // id -> projections with a .weight
+  std::array<bool, 3> shared{};                    // shared projections with a .weight
+  bool gate = false, bias = false, tid2eid = false;
+};
+
+std::map<MoeBlock, BlockTensors> scan_blocks(const ModelDir& dir) {
+  std::map<MoeBlock, BlockTensors> blocks;
+  for (const std::string& name : dir.tensor_names()) {
+    const std::optional<ParsedMoeName> p = parse_moe_name(name);
+    if (!p) continue;
+    BlockTensors& b = blocks[p->block];
+    switch (p->kind) {
+      case ParsedMoeName::Kind::Expert:
+        b.experts[p->expert][int(p->proj)] |= p->suffix == "weight";
+        break;
+      case ParsedMoeName::Kind::SharedExpert: b.shared[int(p->proj)] |= p->suffix == "weight"; break;
+      case ParsedMoeName::Kind::Router:
+        b.gate |= p->suffix == "weight";
+        b.bias |= p->suffix == "bias" || p->suffix == "e_score_correction_bias";
+        b.tid2eid |= p->suffix == "tid2eid";
+        break;
+      case ParsedMoeName::Kind::Other: break;
+    }
+  }
+  return blocks;
+}
+
+std::string joined(const std::set<std::string>& s) {
+  std::string r;
+  for (const std::string& x : s) r += (r.empty() ? "" : "+") + x;
+  return r;
+}
+
+// The routed experts: formats, missing projections, shapes against the config,
+// and the global scales of the NVFP4 ones.
+void summarize_experts(const ModelDir& dir, const MoeNames& names, const BlockTensors& t, const MoeConfig* cfg,
+                       bool read_values, MoeLayerSummary& s) {
+  std::set<std::string> formats;
+  for (const auto& [e, has] : t.experts)
+    for (Proj p : kProjs) {
+      const std::string prefix = names.expert(e, p);
+      if (!has[int(p)]) {
+        s.problems.push_back("missing tensor \"" + prefix + ".weight\" (expert " + std::to_string(e) + ")");
+        continue;
+      }
+      const WeightFormat f = classify_weight(dir, prefix);
+      formats.insert(weight_format_name(f));
+      if (f != WeightFormat::Nvfp4) continue;
+      try {
+        const Nvfp4Names n(prefix);
+        if (cfg) {
+          const int64_t N = p == Proj::Down ? cfg->hidden : cfg->intermediate;
+          const int64_t K = p == Proj::Down ? cfg->intermediate : cfg->hidden;
+          NVFP4_CHECK(dir.get(n.weight).shape == std::vector<int64_t>({N, K / 2}), "tensor \"", n.weight,
+                      "\": shape ", shape_text(dir.get(n.weight).shape), ", expected ", shape_text({N, K / 2}));
+          NVFP4_CHECK(dir.get(n.weight_scale).shape == std::vector<int64_t>({N, K / 16}), "tensor \"",
+                      n.weight_scale, "\": shape ", shape_text(dir.get(n.weight_scale).shape), ", expected ",
+                      shape_text({N, K / 16}));
+        }
+        if (read_values) s.weight_scale_2.add(read_global_scale(dir.get(n.weight_scale_2)));
+        if (read_values && dir.has(n.input_scale)) s.input_scale.add(read_global_scale(dir.get(n.input_scale)));
+      } catch (const Error& err) {
+        s.problems.push_back(err.what());
+      }
+    }
+  s.routed_format = formats.size() > 1 ? "mixed (" + joined(formats) + ")" : formats.empty() ? "" : *formats.begin();
+  if (cfg && int64_t(t.experts.size()) != cfg->experts)
+    s.problems.push_back(names.experts_module() + ": " + std::to_string(t.experts.size()) +
+                         " routed experts, the config says n_routed_experts = " + std::to_string(cfg->experts));
+}
+
+void summarize_shared(const ModelDir& dir, const MoeNames& names, const BlockTensors& t, bool read_values,
+                      MoeLayerSummary& s) {
+  if (!t.shared[0] && !t.shared[1] && !t.shared[2]) return;
+  std::set<std::string> formats;
+  for (Proj p : kProjs) {
+    const std::string prefix = names.shared(p);
+    const WeightFormat f = classify_weight(dir, prefix);
+    formats.insert(weight_format_name(f));
+    if (f == WeightFormat::Missing) s.problems.push_back("missing tensor \"" + prefix + ".weight\"");
+    if (f != WeightFormat::Fp8Block || !read_values) continue;
+    const TensorInfo& w = dir.get(prefix + ".weight");
+    try {
+      NVFP4_CHECK(w.shape.size() == 2, "tensor \"", w.name, "\": shape ", shape_text(w.shape), ", expected 2-D");
+      for (float v : read_tile_scales(dir, prefix, w.shape[0], w.shape[1])) s.shared_scale.add(v);
+    } catch (const Error& err) {
+      s.problems.push_back(err.what());
+    }
+  }
+  s.shared_format = formats.size() > 1 ? "mixed (" + joined(formats) + ")" : *formats.begin();
+}
+
+void check_router(const MoeNames& names, const BlockTensors& t, const MoeConfig* cfg, MoeLayerSummary& s) {
+  s.router = !t.gate ? "" : t.tid2eid ? "hash" : "scored";
+  s.bias = t.bias;
+  if (!t.gate) s.problems.push_back("missing tensor \"" + names.router_weight() + "\"");
+  if (cfg && cfg->hash_routed && !t.tid2eid)
+    s.problems.push_back(names.label() + " is hash-routed per the config but has no \"" + names.tid2eid() + "\"");
+  if (cfg && !cfg->hash_routed && t.tid2eid)
+    s.problems.push_back(names.label() + " has \"" + names.tid2eid() + "\" but the config makes it score-routed");
+}
+
+void check_manifest(const ModelDir& dir, const MoeNames& names, MoeLayerSummary& s) {
+  const QuantManifest& m = dir.quant_manifest();
+  const std::string module = names.experts_module();
+  s.manifest_algo = m.algo_of(module);
+  const bool nvfp4 = s.routed_format == "NVFP4";
+  if (nvfp4 && m.quant_algo == "MIXED_PRECISION" && s.manifest_algo.empty())
+    s.problems.push_back("the quantization manifest does not list " + module + " (its experts are NVFP4)");
+  if (!s.manifest_algo.empty() && !s.routed_format.empty() && s.manifest_algo != s.routed_format)
+    s.problems.push_back("the quantization manifest gives " + module + " " + s.manifest_algo + " but its experts are " +
+                         s.routed_format);
+}
+
+}  // namespace
+
+std::vector<MoeLayerSummary> summarize_moe_layers(const ModelDir& dir, bool read_values) {
+  std::vector<MoeLayerSummary> out;
+  for (const auto& [block, t] : scan_blocks(dir)) {
+    if (t.experts.empty() && !t.gate && !t.shared[0] && !t.shared[1] && !t.shared[2]) continue;
+    MoeLayerSummary s;
+    const MoeNames names(dir.layout(), block);
+    s.block = names.block_name();
+    s.index = block.index;
+    s.mtp = block.mtp;
+    s.experts = int64_t(t.experts.size());
+    std::optional<MoeConfig> cfg;
+    if (!dir.config_json().empty()) {
+      try {
+        cfg = read_moe_config(dir, block.index, block.mtp);
+      } catch (const Error& err) {
+        s.problems.push_back(err.what());
+      }
+    }
+    summarize_experts(dir, names, t, cfg ? &*cfg : nullptr, read_values, s);
+    summarize_shared(dir, names, t, read_values, s);
+    check_router(names, t, cfg ? &*cfg : nullptr, s);
+    check_manifest(dir, names, s);
+    s.loadable = s.routed_format == "NVFP4" && s.problems.empty() && cfg.has_value() &&
+                 (s.shared_format.empty() || s.shared_format == "BF16" || s.shared_format == "FP8");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace nvfp4moe

@@ -1,0 +1,63 @@
+// `nvfp4moe run --layer L` on model directories of both layouts: a layer of
+// the DeepSeek layout and its Hugging Face twin give the same output file as
+// the in-process forward (on one rank and on emulated expert-parallel
+// ranks), and the MXFP4 MTP block is refused naming the format and the block.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_files.hpp"
+#include "checkpoint/model_fixture.hpp"
+#include "nvfp4moe/checkpoint.hpp"
+#include "support/test_util.hpp"
+
+namespace nvfp4moe {
+namespace {
+
+using test::FixtureModel;
+using test::ScratchDir;
+
+std::vector<float> output_of(const std::string& path) { return SafetensorsFile(path).get("output").to_f32(); }
+
+TEST(RunModel, EitherLayoutRunsALayerAndTheMtpBlockIsRefused) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  ScratchDir d;
+  const FixtureModel model = test::make_fixture_model(seed);
+  test::write_deepseek_layout(model, d / "a");
+  test::write_huggingface_layout(model, d / "b");
+  const int64_t T = 5, H = model.config.hidden;
+  const std::vector<float> x = test::random_normal(rng, T * H);
+  std::vector<int32_t> tokens;
+  for (int64_t t = 0; t < T; ++t) tokens.push_back(int32_t(rng.below(FixtureModel::kVocab)));
+  SafetensorsWriter in;
+  in.add("hidden_states", DType::F32, {T, H}, x.data());
+  in.add("token_ids", DType::I32, {T}, tokens.data());
+  in.write(d / "x.safetensors");
+  for (int L : {0, 2}) {
+    SCOPED_TRACE("layer " + std::to_string(L));
+    const std::string args = " --layer " + std::to_string(L) + " --input " + (d / "x.safetensors") + " --output ";
+    test::ToolRun r = test::run_tool("run --model " + (d / "a") + args + (d / "ya.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = test::run_tool("run --model " + (d / "b") + args + (d / "yb.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = test::run_tool("run --model " + (d / "a") + " --ep 2" + args + (d / "ye.safetensors"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    Moe moe(load_moe_layer(ModelDir(d / "a"), L), MoeOptions{});
+    const std::vector<float> want = moe.forward_host({.x = x, .tokens = T, .token_ids = tokens}).y;
+    EXPECT_EQ(output_of(d / "ya.safetensors"), want);
+    EXPECT_EQ(output_of(d / "yb.safetensors"), want);
+    EXPECT_EQ(output_of(d / "ye.safetensors"), want);
+  }
+  const test::ToolRun r =
+      test::run_tool("run --model " + (d / "a") + " --layer 0 --mtp --input " + (d / "x.safetensors") + " --output " +
+                     (d / "ym.safetensors"));
+  EXPECT_NE(r.code, 0);
+  for (const char* want : {"mtp.0 (MTP block 0)", "routed experts are MXFP4"})
+    EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
+}
+
+}  // namespace
+}  // namespace nvfp4moe
