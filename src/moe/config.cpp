@@ -120,6 +120,14 @@ void SharedExpertWeights::validate(int64_t hidden, int64_t inter) const {
   size_is(w1_scale.size(), ti * th, "w1_scale");
   size_is(w3_scale.size(), ti * th, "w3_scale");
   size_is(w2_scale.size(), th * ti, "w2_scale");
+  // E4M3 (float8_e4m3fn) has no infinities; S.1111.111 is NaN.
+  for (const auto* v : {&w1_fp8, &w3_fp8, &w2_fp8}) {
+    const char* name = v == &w1_fp8 ? "w1_fp8" : v == &w3_fp8 ? "w3_fp8" : "w2_fp8";
+    const int64_t cols = v == &w2_fp8 ? Is : H;
+    for (size_t i = 0; i < v->size(); ++i)
+      NVFP4_CHECK(((*v)[i] & 0x7Fu) != 0x7Fu, "SharedExpertWeights (shared expert): ", name, "[", int64_t(i) / cols,
+                  ", ", int64_t(i) % cols, "] is the E4M3 NaN byte 0x", std::hex, int((*v)[i]));
+  }
   for (const auto* v : {&w1_scale, &w3_scale, &w2_scale}) {
     const char* name = v == &w1_scale ? "w1_scale" : v == &w3_scale ? "w3_scale" : "w2_scale";
     const int64_t cols = v == &w2_scale ? ti : th;

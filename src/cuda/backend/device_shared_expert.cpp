@@ -3,11 +3,29 @@
 
 #include "cuda/kernels/ref/shared_expert_ref.hpp"
 #include "cuda/kernels/shared_expert.hpp"
+#include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cuda {
 
 namespace {
+
+// A block-scaled FP8 projection [rows, cols] as BF16: e4m3(q) * scale of its
+// 128 x 128 tile, in FP32, then rounded to BF16 once. The rounding is exact
+// when the tile scales are powers of two (DeepSeek-V4's F8_E8M0 scales: an
+// E4M3 value has 4 significant bits); a float weight_scale_inv rounds as
+// the dequantized BF16 weights of DeepSeek's and vLLM's loaders do.
+std::vector<Bf16> dequantize_fp8_block(const std::vector<uint8_t>& q, const std::vector<float>& scale, int64_t rows,
+                                       int64_t cols) {
+  constexpr int64_t t = SharedExpertWeights::kFp8Tile;
+  const int64_t tiles_k = (cols + t - 1) / t;
+  std::vector<Bf16> out(q.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[size_t(r * cols + c)] =
+          bf16_from_float(fmt::e4m3_value(q[size_t(r * cols + c)]) * scale[size_t((r / t) * tiles_k + c / t)]);
+  return out;
+}
 
 // Uploads the bit patterns of a and then b as one buffer (no conversion).
 DeviceBuffer<__nv_bfloat16> upload_bf16(const std::vector<Bf16>& a, const std::vector<Bf16>& b = {}) {
@@ -26,12 +44,17 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
       limit_(cfg.swiglu_limit) {
   if (!inter_) return;
   NVFP4_CHECK(max_tokens >= 1, "shared expert: max_tokens must be >= 1, got ", max_tokens);
-  const size_t n = size_t(inter_) * size_t(hidden_);
-  NVFP4_CHECK(w.w1.size() == n && w.w3.size() == n && w.w2.size() == n, "shared expert: weights have ", w.w1.size(),
-              "/", w.w3.size(), "/", w.w2.size(), " elements (w1/w3/w2), expected Is*H = ", inter_, "*", hidden_,
-              " = ", n, " each");
-  w13_ = upload_bf16(w.w1, w.w3);
-  w2_ = upload_bf16(w.w2);
+  w.validate(hidden_, inter_);
+  if (w.format == SharedExpertFormat::Fp8Block) {
+    // FP8 block-scaled weights run as their exact BF16 dequantization (see
+    // dequantize_fp8_block): the same kernels, twice the bytes of the FP8 form.
+    w13_ = upload_bf16(dequantize_fp8_block(w.w1_fp8, w.w1_scale, inter_, hidden_),
+                       dequantize_fp8_block(w.w3_fp8, w.w3_scale, inter_, hidden_));
+    w2_ = upload_bf16(dequantize_fp8_block(w.w2_fp8, w.w2_scale, hidden_, inter_));
+  } else {
+    w13_ = upload_bf16(w.w1, w.w3);
+    w2_ = upload_bf16(w.w2);
+  }
   cublas_ws_ = DeviceBuffer<uint8_t>(size_t(32) << 20);
   cublas_ = std::make_unique<CublasHandle>();
   NVFP4_CUBLAS_CHECK(cublasSetWorkspace(cublas_->get(), cublas_ws_.get(), cublas_ws_.bytes()));

@@ -1,5 +1,6 @@
 // DeviceSharedExpert: the shared expert of a layer on the GPU — its weights
-// uploaded once (gate and up fused as [2 Is, H] rows, down [H, Is], BF16),
+// uploaded once (gate and up fused as [2 Is, H] rows, down [H, Is], BF16;
+// block-scaled FP8 weights as their BF16 dequantization),
 // the cuBLAS handle with a fixed workspace (graph-capturable) and the scratch
 // of a forward of up to max_tokens tokens. The single-GPU backend and every
 // expert-parallel rank (on its own tokens) use it.
