@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """PyTorch baselines for the routed-expert path of a DeepSeek-V4-Pro MoE layer.
 
-Same work as bench/sm90_gemm_bench.cu (H=7168, I=3072, top-6 uniform routing,
-SwiGLU with limit 10, weighted combine, no router and no shared expert):
+Same work as bench/routed_experts_bench.cu (H=7168, I=3072, top-6 uniform
+routing, SwiGLU with limit 10, weighted combine, no router and no shared
+expert):
 
   bf16: torch._grouped_mm for gate/up and down, BF16 weights;
   fp8:  torch._scaled_grouped_mm with rowwise scales (dynamic per-row FP8
         E4M3 activations, per-output-channel FP8 weights), BF16 out.
 
-Each row is the median of CUDA-event timings after a warm-up. With
---ours FILE (the JSON lines sm90_gemm_bench writes) it prints ONE table with
-nvfp4moe, its roofline, the fraction, and both baselines.
+Each row is the median of CUDA-event timings after a warm-up. --json FILE
+writes one {"kind": "torch", ...} line per (experts, T), which
+bench/perf_table.py sets beside nvfp4moe's rows.
+
+    python3 bench/baselines_torch.py [--experts 48,384] [--tokens 1,8,64] [--reps 20] [--json FILE]
 """
 import argparse
 import json
@@ -135,43 +138,18 @@ def run(experts, tokens, reps, out):
     return rows
 
 
-def table(torch_rows, ours_file):
-    ours = {}
-    with open(ours_file) as f:
-        for line in f:
-            d = json.loads(line)
-            if d.get("kind") == "ours":
-                ours[(d["ep"], d["T"])] = d
-    print()
-    print(f"{'EP':4} {'T':>6} {'ours us':>9} {'GEMM us':>9} {'floor us':>9} {'frac':>6} {'BF16 us':>9} {'FP8 us':>9} "
-          f"{'vs BF16':>8} {'vs FP8':>7}")
-    for r in torch_rows:
-        o = ours.get((r["ep"], r["T"]))
-        if not o:
-            continue
-        us = o["graph_us"]
-        bf, fp = r.get("bf16_us", float("nan")), r.get("fp8_us", float("nan"))
-        print(f"{r['ep']:4} {r['T']:6d} {us:9.1f} {o['gemm_us']:9.1f} {o['floor_us']:9.1f} "
-              f"{100 * o['floor_us'] / o['gemm_us']:5.0f}% {bf:9.1f} {fp:9.1f} {bf / us:7.2f}x {fp / us:6.2f}x")
-    print("ours = the whole routed path as one CUDA graph (group, quantize, L1+SwiGLU, requantize, L2, combine);")
-    print("floor/frac = the two grouped GEMMs against max(HBM bytes of touched experts, BF16 FLOPs) in the same run.")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--experts", default="48,384")
     ap.add_argument("--tokens", default="1,8,64,512,2048,4096,8192")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--ours", default=None, help="JSON lines from sm90_gemm_bench --json")
+    ap.add_argument("--json", default=None, help="write the rows as JSON lines here")
     a = ap.parse_args()
     out = open(a.json, "w") if a.json else open("/dev/null", "w")
     rows = run([int(v) for v in a.experts.split(",")], [int(v) for v in a.tokens.split(",")], a.reps, out)
     for r in rows:
         print(f"{r['ep']:4} T={r['T']:5d}  bf16 {r.get('bf16_us', float('nan')):9.1f} us   "
               f"fp8 {r.get('fp8_us', float('nan')):9.1f} us")
-    if a.ours:
-        table(rows, a.ours)
 
 
 if __name__ == "__main__":

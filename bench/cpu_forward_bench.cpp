@@ -1,14 +1,13 @@
-// CPU backend forward time at DeepSeek-V4 geometries (bench/NOTES.md, "CPU
-// backend"). Weights are random NVFP4 BYTES (codes uniform, scale bytes in a
+// CPU backend forward time at DeepSeek-V4 geometries (docs/performance.md,
+// "CPU backend"). Weights are random NVFP4 BYTES (codes uniform, scale bytes in a
 // realistic range), not a synthetic model: the forward's time does not depend
 // on the values, and generating 3.6 GB of quantized Flash weights from dense
 // ones takes minutes on a small machine. The router gate is random, so
 // routing is close to uniform, as with trained DeepSeek routers under load
 // balancing.
 //
-// Build (after building the library in build-cpu):
-//   g++ -O2 -std=c++20 -Iinclude bench/cpu_forward_bench.cpp build-cpu/libnvfp4moe.a -lpthread -o cpu_bench
-// Run: ./cpu_bench [flash|pro|small] [T1,T2,...] [threads]
+// Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_cpu_bench.
+// Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,8 +72,7 @@ int main(int argc, char** argv) {
   for (const int64_t T : tokens) {
     std::vector<float> in(size_t(T * H));
     for (auto& v : in) v = float(int(rng() % 2001) - 1000) * 1e-3f;
-    std::vector<int32_t> ids;
-    moe.forward_host(in, T, nullptr, nullptr, nullptr, &ids);  // warm-up
+    const std::vector<int32_t> ids = moe.forward_host({.x = in, .tokens = T}).topk_ids;  // warm-up
     std::vector<bool> hit(static_cast<size_t>(E));
     for (int32_t id : ids) hit[size_t(id)] = true;
     int64_t experts = 0;
@@ -82,7 +80,7 @@ int main(int argc, char** argv) {
     const int iters = T <= 16 ? 5 : 2;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
-    for (int i = 0; i < iters; ++i) moe.forward_host(in, T);
+    for (int i = 0; i < iters; ++i) moe.forward_host({.x = in, .tokens = T});
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC / iters;
     std::printf("%8lld %8lld %12.1f %12.1f %10.1f\n", (long long)T, (long long)experts, wall * 1e3, cpu * 1e3,

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The one script run on the GPU machine through the device tool:
-#   build (cmake + ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
-#   memcheck on a small case -> benchmark -> a short summary printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile,profile-decode] [--tokens LIST]
-#                        [--filter GTEST_FILTER] [--workload ep8|ep1|both]
+# The one script run on the GPU machine, from the repository root:
+#   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
+#   memcheck on small cases -> benchmarks -> the markdown table of
+#   docs/performance.md and a short summary, printed last.
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile,profile-decode]
+#                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
+#   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
+#   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
+#          and the PyTorch baselines (bench/baselines_torch.py) -> $OUT/torch.json.
+# bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
 set -euo pipefail
@@ -35,8 +40,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 if has_step build; then
   start=$(date +%s)
   set +e
+  targets="nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli"
+  if has_step speed; then targets="$targets nvfp4moe_routed_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
-      && ninja -C '$BUILD' -j '$JOBS' -k 0 nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli" > "$OUT/build.log" 2>&1
+      -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
   rc=$?
   set -e
   grep -E "error|FAILED" "$OUT/build.log" | head -20 || true
@@ -60,7 +67,7 @@ if has_step sanitizer; then
   if [[ -x "$GPU_TESTS" ]]; then
     set +e
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter='CudaMoe.CallerRoutingWithMinusOneSlots:CudaMoe.OutOfRangeExpertIdIsReportedOthersIntact:CudaQuantize.BadArgumentsAreHostErrors:Shapes/Sm90WgmmaGemm.*T40*:Shapes/Sm90WgmmaGemm.*H640*:Sm90WgmmaSplit.*:Sm90Stage.KSlot*:Shapes/Sm90Stage.*:Shapes/CombineShapes.*' \
+      --gtest_filter='CudaMoe.CallerRoutingWithMinusOneSlots:CudaMoe.OutOfRangeExpertIdIsReportedOthersIntact:CudaQuantize.BadArgumentsAreHostErrors:Shapes/Sm90PrefillGemm.*T40*:Shapes/Sm90PrefillGemm.*H640*:Sm90PrefillSplit.*:Sm90Stage.KSlot*:Shapes/Sm90Stage.*:Shapes/CombineShapes.*' \
       > "$OUT/sanitizer.log" 2>&1
     rc=$?
     set -e
@@ -84,20 +91,24 @@ if has_step bench; then
   fi
 fi
 
-# The routed path (decode and wgmma GEMMs) with the PyTorch BF16 / FP8 baselines side by side:
-# one table (ours, roofline, fraction, BF16, FP8). Not a default step.
+# The routed-expert path stage by stage and as one CUDA graph (decode and
+# prefill GEMMs), then the PyTorch BF16 / FP8 grouped-MoE baselines on the
+# same sizes: the rows of the routed table. Not a default step.
+ROUTED_BENCH="$BUILD/bench/nvfp4moe_routed_bench"
 if has_step speed; then
-  set +e
-  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Iinclude -Isrc \
-    bench/sm90_gemm_bench.cu "$BUILD/libnvfp4moe.a" -lcublas -o "$BUILD/sm90_gemm_bench" > "$OUT/speed_build.log" 2>&1
-  timeout 300 "$BUILD/sm90_gemm_bench" --tokens "$TOKENS" --experts 48,384 --reps 10 --no-simple --json "$OUT/ours.json" \
-    > "$OUT/speed.log" 2>&1
-  rc=$?
-  PYTHONUNBUFFERED=1 timeout 240 python3 bench/baselines_torch.py --tokens "$TOKENS" --experts 48,384 \
-    --json "$OUT/torch.json" --ours "$OUT/ours.json" > "$OUT/baselines.log" 2>&1
-  set -e
-  note "speed: bench rc=$rc"
-  sed -n '/^EP  *T  *ours/,$p' "$OUT/baselines.log" >> "$SUMMARY"
+  if [[ -x "$ROUTED_BENCH" ]]; then
+    set +e
+    timeout 300 "$ROUTED_BENCH" --tokens "$TOKENS" --experts 48,384 --reps 10 --no-simple --json "$OUT/routed.json" \
+      > "$OUT/routed.log" 2>&1
+    rc=$?
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/baselines_torch.py --tokens "$TOKENS" --experts 48,384 \
+      --json "$OUT/torch.json" > "$OUT/baselines.log" 2>&1
+    brc=$?
+    set -e
+    note "speed: routed bench rc=$rc, baselines rc=$brc"
+  else
+    note "speed: $ROUTED_BENCH was not built"
+  fi
 fi
 
 # Expert parallelism (built against torch's NCCL 2.28.9: the system copy there
@@ -121,7 +132,7 @@ if has_step profile; then
   for T in ${PROFILE_TOKENS:-1 2048}; do
     set +e
     timeout 200 ncu --section SpeedOfLight --csv \
-      --kernel-name regex:'sm90_nvfp4|stage_rows|group_pairs|quantize_act|requantize|combine|swiglu|f32_to_bf16|router' \
+      --kernel-name regex:'sm90_nvfp4|stage_|group_|quantize_act|requantize|combine|swiglu|f32_to_bf16|router|shared_gemv' \
       "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$T" --iters 1 --warmup 0 --no-ceilings \
       > "$OUT/ncu_T$T.csv" 2> "$OUT/ncu_T$T.err"
     set -e
@@ -134,10 +145,10 @@ fi
 # source view, free-running clocks): by default the L1 decode GEMM of one ep8
 # T=1 forward; PROFILE_KERNEL (regex), PROFILE_TOKENS and PROFILE_SKIP (launches
 # of that kernel to skip) pick another, e.g. the 64-wide wgmma launch of
-# ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_wgmma_gemm_kernel PROFILE_SKIP=2.
+# ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_prefill_gemm_kernel PROFILE_SKIP=2.
 # The top instructions by stall samples with their opcodes. Not a default step.
 if has_step profile-decode; then
-  PK="${PROFILE_KERNEL:-sm90_nvfp4_mma_gemm_kernel}"
+  PK="${PROFILE_KERNEL:-sm90_nvfp4_decode_gemm_kernel}"
   PT="${PROFILE_TOKENS:-1}"
   set +e
   timeout 200 ncu --clock-control none --kernel-name "regex:$PK" --launch-skip "${PROFILE_SKIP:-0}" --launch-count 1 \
@@ -176,5 +187,18 @@ for r in sorted(body, key=lambda r: -num(r[stall_cols[0]]))[:25]:
 PY
 fi
 
+# The table of docs/performance.md from whatever this run measured.
+table_args=()
+[[ -s "$OUT/routed.json" ]] && table_args+=(--routed "$OUT/routed.json")
+[[ -s "$OUT/torch.json" ]] && table_args+=(--baselines "$OUT/torch.json")
+[[ -s "$OUT/bench.csv" ]] && table_args+=(--layer "$OUT/bench.csv" --layer-log "$OUT/bench.log")
+if [[ -s "$OUT/routed.json" || -s "$OUT/bench.csv" ]]; then
+  python3 bench/perf_table.py "${table_args[@]}" --out "$OUT/performance_table.md" || note "perf_table: rc=$?"
+fi
+
 echo "================ summary ================"
 cat "$SUMMARY"
+if [[ -s "$OUT/performance_table.md" ]]; then
+  echo "================ performance table ($OUT/performance_table.md) ================"
+  cat "$OUT/performance_table.md"
+fi

@@ -10,7 +10,7 @@
 # PREBUILT=<build dir> uses binaries built elsewhere against NCCL 2.28.9 (the
 # same version as torch's; LD_LIBRARY_PATH below makes them load torch's copy)
 # when they start here; otherwise this builds, which needs .deps/googletest
-# (copy /usr/src/googletest there; pass carry [".deps"]).
+# (copy /usr/src/googletest there and bring .deps along to the GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}

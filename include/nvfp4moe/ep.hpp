@@ -1,5 +1,5 @@
 // nvfp4moe — expert parallelism on the CPU: R logical ranks in one process
-// (spec section 6). The semantics every expert-parallel path must have, in
+// (docs/numerics.md §6). The semantics every expert-parallel path must have, in
 // their simplest form; the GPU paths (ep_cuda.hpp) share the indexing of
 // src/ep/ep_index.hpp.
 //
@@ -39,32 +39,27 @@ struct CpuEpStats {
   std::vector<int64_t> sent;      // [R] pairs each rank's tokens sent (to any rank, itself included)
 };
 
-class CpuEpMoe {
+class CpuEpMoe final : public MoeLayer {
  public:
   // `weights`: the whole layer; rank r keeps its slice only. Throws when
   // E % R != 0 (naming E and R) or the weights are invalid.
   CpuEpMoe(const MoeWeights& weights, int ranks, const CpuEpOptions& options = {});
-  ~CpuEpMoe();
+  ~CpuEpMoe() override;
   CpuEpMoe(CpuEpMoe&&) noexcept;
   CpuEpMoe& operator=(CpuEpMoe&&) noexcept;
 
   int ranks() const;
-  const MoeConfig& config() const;
+  const MoeConfig& config() const override;
+  DeviceKind device() const override { return DeviceKind::Cpu; }
   // Rank r's experts: count E/R, first_expert r*E/R, local indexing.
   const ExpertWeights& rank_experts(int rank) const;
 
-  // Same contract as Moe::forward on host tensors: x [T, H] bf16/f32, routing
-  // (caller's GLOBAL topk ids/weights, or the router; token_ids for hash
-  // layers), y [T, H] bf16, optional topk outputs.
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out);
-
-  // Host convenience, as Moe::forward_host.
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
-                                  const std::vector<int32_t>* topk_ids = nullptr,
-                                  const std::vector<float>* topk_weights = nullptr,
-                                  const std::vector<int32_t>* token_ids = nullptr,
-                                  std::vector<int32_t>* topk_ids_out = nullptr,
-                                  std::vector<float>* topk_weights_out = nullptr);
+  // The contract of MoeLayer on host tensors (options are ignored): the
+  // router runs on each token's rank, the caller's GLOBAL ids are checked
+  // before any work, errors are thrown at once (sync_errors has nothing to do).
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               const ForwardOptions& options = {}) override;
+  void sync_errors() override {}
 
   // Statistics of the last forward.
   const CpuEpStats& last_stats() const;

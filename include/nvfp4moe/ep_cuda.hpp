@@ -1,4 +1,4 @@
-// nvfp4moe — expert parallelism on GPUs (spec section 6).
+// nvfp4moe — expert parallelism on GPUs (docs/numerics.md §6).
 //
 // Tokens are quantized to NVFP4 ONCE on their own rank, travel to the rank
 // that owns their expert, are computed there with LOCAL weight indices, and
@@ -49,25 +49,27 @@ int64_t ep_token_begin(int64_t tokens, int ranks, int rank);
 
 // One GPU, R logical ranks. `weights` is the full layer; rank r keeps only its
 // slice (ExpertWeights::slice) with LOCAL indexing.
-class EpCudaEmulation {
+class EpCudaEmulation final : public MoeLayer {
  public:
   EpCudaEmulation(const MoeWeights& weights, int ranks, const EpCudaOptions& options = {});
-  ~EpCudaEmulation();
+  ~EpCudaEmulation() override;
   EpCudaEmulation(EpCudaEmulation&&) noexcept;
   EpCudaEmulation& operator=(EpCudaEmulation&&) noexcept;
 
   int ranks() const;
   uint64_t segment_bytes() const;  // bytes of one rank's (would-be symmetric) segment
+  const MoeConfig& config() const override;
+  DeviceKind device() const override { return DeviceKind::Cuda; }
+  int device_index() const override;
 
-  // The whole batch on the device: x [T, H] bf16/f32, routing as above, y
-  // [T, H] bf16. Token chunk r (ep_token_begin) is rank r's. T <= R * max_tokens_per_rank.
-  // The forward's token bound (NcclEpMoe::forward) is its largest chunk.
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr);
-  // Host convenience: x f32 [T, H]; returns y as f32 values of the BF16 output.
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
-                                  const std::vector<float>& topk_weights);
+  // The whole batch on the device (MoeLayer's contract): token chunk r
+  // (ep_token_begin) is rank r's; T <= R * max_tokens_per_rank. The
+  // forward's token bound (NcclEpMoe::forward) is its largest chunk;
+  // options.max_tokens_any_rank is not used.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               const ForwardOptions& options = {}) override;
   // Error words of all ranks (synchronises); throws naming rank and error; clears them.
-  void sync_errors();
+  void sync_errors() override;
 
  private:
   struct Impl;
@@ -81,36 +83,37 @@ bool nccl_ep_available();
 // device). `weights`: the full layer, or this rank's slice (first_expert =
 // rank * E/R, count = E/R). Construction is collective (window registration,
 // device communicator): every rank constructs with the same options.
-class NcclEpMoe {
+class NcclEpMoe final : public MoeLayer {
  public:
   NcclEpMoe(ncclComm* comm, const MoeWeights& weights, const EpCudaOptions& options = {});
-  ~NcclEpMoe();
+  ~NcclEpMoe() override;
   NcclEpMoe(NcclEpMoe&&) noexcept;
   NcclEpMoe& operator=(NcclEpMoe&&) noexcept;
 
   int rank() const;
   int ranks() const;
   uint64_t symm_bytes() const;  // bytes of the symmetric buffer of this rank
+  const MoeConfig& config() const override;
+  DeviceKind device() const override { return DeviceKind::Cuda; }
+  int device_index() const override;
 
-  // This rank's tokens: x [T, H], routing as above, y [T, H] bf16;
+  // This rank's tokens (MoeLayer's contract): x [T, H], y [T, H] bf16;
   // T <= max_tokens_per_rank. Collective: every rank calls it (T may differ,
-  // may be 0). Queued on `stream`, no host synchronisation unless checked;
-  // the shared expert runs on a side stream of this object, forked from
-  // `stream` and joined back into it within the call (capturable).
+  // may be 0). Queued on options.stream, no host synchronisation unless
+  // checked; the shared expert runs on a side stream of this object, forked
+  // from the stream and joined back into it within the call (capturable).
   //
-  // max_tokens_any_rank: the most tokens any rank passes in THIS forward,
-  // the same value on every rank (in vLLM, the max of num_tokens_across_dp;
-  // 0: max_tokens_per_rank). The forward's launches are sized by it and its
-  // expert GEMMs chosen for at most R * it * k received pairs, instead of for
-  // the largest batch the object was built for — the decode kernel's
-  // configuration follows the batch (docs/ep.md). Host-checked: T <= it <=
-  // max_tokens_per_rank. A rank given a smaller value than a peer's tokens
-  // drops that peer's excess tokens' pairs and reports them as kErrCapacity.
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream = nullptr,
-               int64_t max_tokens_any_rank = 0);
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens, const std::vector<int32_t>& topk_ids,
-                                  const std::vector<float>& topk_weights);
-  void sync_errors();
+  // options.max_tokens_any_rank: the most tokens any rank passes in THIS
+  // forward, the same value on every rank (0: max_tokens_per_rank). The
+  // forward's launches are sized by it and its expert GEMMs chosen for at
+  // most R * it * k received pairs, instead of for the largest batch the
+  // object was built for — the decode kernel's configuration follows the
+  // batch (docs/ep.md). Host-checked: T <= it <= max_tokens_per_rank. A rank
+  // given a smaller value than a peer's tokens drops that peer's excess
+  // tokens' pairs and reports them as kErrCapacity.
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               const ForwardOptions& options = {}) override;
+  void sync_errors() override;
 
  private:
   struct Impl;

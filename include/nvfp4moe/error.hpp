@@ -1,8 +1,7 @@
 // nvfp4moe — the one exception type and the check macro.
 //
 // Every failure the library reports is an nvfp4moe::Error whose message names
-// what was wrong and the offending values (spec section 6: "a clear error
-// naming what was wrong").
+// what was wrong and the offending values (docs/numerics.md §6).
 #pragma once
 
 #include <sstream>

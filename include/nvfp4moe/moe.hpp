@@ -1,6 +1,6 @@
-// nvfp4moe — the DeepSeek-V4 NVFP4 MoE layer (spec section 5): configuration,
-// weights in the project's own layout, and one forward call whose backend
-// (cpu, cuda) is chosen at run time.
+// nvfp4moe — the DeepSeek-V4 NVFP4 MoE layer (docs/numerics.md §5): configuration,
+// weights in the project's own layout, the forward contract every front end
+// implements (MoeLayer), and Moe, whose backend (cpu, cuda) is chosen at run time.
 //
 // Expert ids are GLOBAL (0..E-1) in every routing tensor; a Moe built for an
 // expert-parallel rank holds only experts [first_expert, first_expert + count)
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ struct MoeConfig {
   std::optional<float> swiglu_limit;   // L; none -> no clamp
   bool hash_routed = false;            // this layer routes by tid2eid[token_id]
   Scoring scoring = Scoring::SqrtSoftplus;
-  bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (spec); false: rho * s_j
+  bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (docs/numerics.md §5); false: rho * s_j
   InputScaleMode l1_input = InputScaleMode::Dynamic;  // x: per token, or static input_scale
   InputScaleMode l2_input = InputScaleMode::Dynamic;  // h: per (token, expert) row, or static
 
@@ -161,44 +162,85 @@ struct MoeOptions {
   bool checked = false;         // cuda: synchronise after each forward and report the error word
 };
 
-// Errors the device records without a host synchronisation (spec 6), read by
-// Moe::sync_errors().
+// Errors the device records without a host synchronisation (docs/numerics.md
+// §6), read by sync_errors().
 enum ErrorBits : uint32_t {
   kErrExpertIdOutOfRange = 1u << 0,
   kErrCapacity = 1u << 1,
 };
 
+// The options of one forward, the same for every front end.
+struct ForwardOptions {
+  // cuda: the cudaStream_t the forward is queued on (nullptr: the default
+  // stream); no host synchronisation unless the layer was built `checked`.
+  void* stream = nullptr;
+  // Expert parallelism over NCCL: the most tokens any rank passes in THIS
+  // forward, the same value on every rank (in vLLM, the max of
+  // num_tokens_across_dp); launches and the expert GEMMs' choice are sized by
+  // it instead of by the largest batch the layer was built for. 0: that
+  // largest batch. Other front ends take 0 or any value >= T (no effect).
+  int64_t max_tokens_any_rank = 0;
+};
+
+// A batch on the host for forward_host. Routing left empty (nullopt) runs
+// the layer's router; token_ids feed a hash-routed layer's router.
+struct HostBatch {
+  std::span<const float> x;                              // [tokens, H] row-major
+  int64_t tokens = 0;
+  std::optional<std::span<const int32_t>> topk_ids;      // [tokens, k] GLOBAL ids, or -1
+  std::optional<std::span<const float>> topk_weights;    // [tokens, k], with topk_ids
+  std::optional<std::span<const int32_t>> token_ids;     // [tokens]
+};
+struct HostResult {
+  std::vector<float> y;               // [tokens, H]: the values of the BF16 output
+  std::vector<int32_t> topk_ids;      // [tokens, k]: the routing used (GLOBAL ids, -1)
+  std::vector<float> topk_weights;    // [tokens, k]
+};
+
+// The forward contract of every MoE front end: Moe (one device, cpu or
+// cuda), CpuEpMoe (expert parallelism on the CPU), EpCudaEmulation and
+// NcclEpMoe (expert parallelism on GPUs; ep.hpp, ep_cuda.hpp).
+//
+//   forward(x, routing, out, options): y = MoE(x). x: [T, H] bf16 or f32;
+//     routing: the caller's topk ids/weights, or none (the layer's router,
+//     with token_ids for a hash-routed layer); out.y [T, H] bf16 and,
+//     optionally, the routing used. Every tensor on the layer's device().
+//     Bad shapes, dtypes, devices or capacities throw before any work; on
+//     a GPU, bad expert ids are skipped and recorded for sync_errors().
+//   sync_errors(): synchronises and throws naming what the device recorded
+//     since the last call (e.g. an expert id outside [-1, E)), clearing it.
+//   forward_host(batch): the host convenience of all of them: copies the
+//     batch to the layer's device, runs forward, copies back, synchronises
+//     and reports errors.
+class MoeLayer {
+ public:
+  virtual ~MoeLayer() = default;
+  virtual const MoeConfig& config() const = 0;
+  virtual DeviceKind device() const = 0;
+  virtual int device_index() const { return 0; }
+  virtual void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+                       const ForwardOptions& options = {}) = 0;
+  virtual void sync_errors() = 0;
+  HostResult forward_host(const HostBatch& batch);
+};
+
 class MoeBackendImpl;  // src/: one per backend
 
-class Moe {
+// One MoE layer on one device, its backend (cpu, cuda) chosen at run time.
+class Moe final : public MoeLayer {
  public:
   Moe(MoeWeights weights, const MoeOptions& options);
-  ~Moe();
+  ~Moe() override;
   Moe(Moe&&) noexcept;
   Moe& operator=(Moe&&) noexcept;
 
-  const MoeConfig& config() const;
+  const MoeConfig& config() const override;
   Backend backend() const;
-
-  // y = MoE(x). x: [T, H] bf16 or f32 on the backend's device. All tensors on
-  // the backend's device; for cuda, work is queued on `stream` (a
-  // cudaStream_t, nullptr = default) with no host synchronisation unless
-  // options.checked. Bad shapes/dtypes/devices throw before any work.
+  DeviceKind device() const override;
+  int device_index() const override;
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
-               void* stream = nullptr);
-
-  // Host convenience: x [T, H] f32 on the host; returns y [T, H] as f32
-  // (values of the BF16 output). Runs on any backend (copies as needed).
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
-                                  const std::vector<int32_t>* topk_ids = nullptr,
-                                  const std::vector<float>* topk_weights = nullptr,
-                                  const std::vector<int32_t>* token_ids = nullptr,
-                                  std::vector<int32_t>* topk_ids_out = nullptr,
-                                  std::vector<float>* topk_weights_out = nullptr);
-
-  // Synchronises and throws if the device recorded an error since the last
-  // call (e.g. an expert id outside [-1, E)), naming it; clears the word.
-  void sync_errors();
+               const ForwardOptions& options = {}) override;
+  void sync_errors() override;
 
  private:
   std::unique_ptr<MoeBackendImpl> impl_;

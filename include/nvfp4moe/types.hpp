@@ -2,7 +2,7 @@
 //
 // A TensorView is what every public entry point takes: a pointer, a dtype, the
 // device it lives on, a shape and strides in ELEMENTS. Entry points check all
-// of them on the host before queuing work (spec section 6) and name the
+// of them on the host before queuing work (docs/numerics.md §6) and name the
 // argument and the values in the error.
 #pragma once
 

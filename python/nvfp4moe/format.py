@@ -1,4 +1,4 @@
-"""The NVFP4 format over arrays (spec sections 1-3): quantize, dequantize and
+"""The NVFP4 format over arrays (docs/numerics.md §1-3): quantize, dequantize and
 the two scale-factor layouts. NumPy arrays run on the host; torch/CuPy CUDA
 arrays run on the device, queued on the caller's current stream, and give the
 same bytes."""
@@ -19,7 +19,7 @@ def _round_up(v: int, m: int) -> int:
 
 def swizzled_shape(rows: int, k: int) -> tuple[int, int]:
     """Shape of the swizzled 128x4 scale buffer for `rows` rows of `k` scale
-    columns: rows padded to 128, k to 4 (spec section 3)."""
+    columns: rows padded to 128, k to 4 (docs/numerics.md §3)."""
     return _round_up(rows, 128), _round_up(k, 4)
 
 

@@ -1,4 +1,4 @@
-"""The DeepSeek-V4 NVFP4 MoE layer (spec section 5) from Python: build it from
+"""The DeepSeek-V4 NVFP4 MoE layer (docs/numerics.md §5) from Python: build it from
 a checkpoint directory (`load_moe`), from tensors (`Moe.from_tensors`) or a
 synthetic seed (`Moe.synthetic`), and call `forward`."""
 
@@ -41,7 +41,7 @@ class Moe:
     forward(x) takes x [T, H] (float32 or bfloat16) on the Moe's device and
     returns y [T, H] BF16: a torch tensor for torch input; for NumPy input a
     float32 array holding the BF16 values exactly (NumPy has no bfloat16).
-    Expert ids are GLOBAL in [0, E), -1 = empty slot (spec section 6).
+    Expert ids are GLOBAL in [0, E), -1 = empty slot (docs/numerics.md §6).
     """
 
     def __init__(self, weights: MoeWeights, device="cpu", *, threads: int = 0, max_tokens: int = 8192,
@@ -168,7 +168,7 @@ def load_moe(model_dir: str, layer: int, device="cpu", *, static_input_scales: b
              first_expert: int = 0, expert_count: int = -1, mtp: bool = False, **options) -> Moe:
     """Loads layer `layer` of a DeepSeek-V4 NVFP4 directory, in DeepSeek's
     layout (layers.L.ffn.*, as NVIDIA publishes it) or Hugging Face's
-    (model.layers.L.mlp.*), onto `device` (docs/checkpoints.md).
+    (model.layers.L.mlp.*), onto `device` (docs/checkpoints.md, docs/numerics.md §4).
     static_input_scales=True quantizes activations with the checkpoint's
     input_scale instead of per token. first_expert/expert_count load one
     expert-parallel rank's experts; mtp=True loads MTP block `layer`.

@@ -5,7 +5,7 @@
 // right ones is checked by the callee (check_tensor and friends), which names
 // the argument. Two reinterpretations are explicit and documented in
 // docs/python.md: float8_e4m3fn scale bytes are read as uint8 bit patterns
-// (spec section 1: reinterpret, never cast), and uint16 arrays stand for BF16
+// (docs/numerics.md §1: reinterpret, never cast), and uint16 arrays stand for BF16
 // bit patterns where an argument takes BF16 (NumPy has no bfloat16).
 #pragma once
 

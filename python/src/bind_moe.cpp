@@ -94,7 +94,7 @@ std::vector<Bf16> host_bf16(const TensorView& v0, const char* arg, std::initiali
 }
 
 // Block scales of weights must be finite, non-negative UE4M3 bytes: 0x7F/0xFF
-// are E4M3 NaN, and a set sign bit is not a UE4M3 value (spec sections 1, 6).
+// are E4M3 NaN, and a set sign bit is not a UE4M3 value (docs/numerics.md §1, §6).
 void check_weight_scale_bytes(const std::vector<uint8_t>& s, const char* name, int64_t rows, int64_t blocks,
                               int64_t first_expert) {
   for (size_t i = 0; i < s.size(); ++i) {
@@ -335,7 +335,7 @@ void bind_engine(nb::module_& m) {
             out.topk_ids = optional_view(topk_ids_out_a, "topk_ids_out", true);
             out.topk_weights = optional_view(topk_weights_out_a, "topk_weights_out", true);
             nb::gil_scoped_release release;
-            e.forward(x, routing, out, reinterpret_cast<void*>(stream));
+            e.forward(x, routing, out, ForwardOptions{.stream = reinterpret_cast<void*>(stream)});
           },
           nb::arg("x"), nb::arg("topk_ids").none(), nb::arg("topk_weights").none(), nb::arg("token_ids").none(),
           nb::arg("y"), nb::arg("topk_ids_out").none(), nb::arg("topk_weights_out").none(), nb::arg("stream"),

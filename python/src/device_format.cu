@@ -5,8 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/quantize_act.hpp"
-#include "cuda/sm90_nvfp4_stage.hpp"
+#include "cuda/kernels/staging.hpp"
 #include "device_format.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/error.hpp"

@@ -1,5 +1,6 @@
 #include "cli/args.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "nvfp4moe/error.hpp"
@@ -59,6 +60,23 @@ double Args::get_double(const std::string& name, double fallback) const {
   double r = std::strtod(v->c_str(), &end);
   NVFP4_CHECK(end && *end == 0 && !v->empty(), "--", name, " expects a number, got '", *v, "'");
   return r;
+}
+
+std::vector<int64_t> Args::get_int_list(const std::string& name, const std::string& fallback, int64_t lo,
+                                        int64_t hi) const {
+  const std::string s = get(name, fallback);
+  std::vector<int64_t> v;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    const std::string item = s.substr(begin, end - begin);
+    NVFP4_CHECK(!item.empty() && item.size() <= 18 && item.find_first_not_of("0123456789") == std::string::npos,
+                "--", name, ": '", item, "' is not an integer in [", lo, ", ", hi, "]");
+    v.push_back(std::stoll(item));
+    NVFP4_CHECK(v.back() >= lo && v.back() <= hi, "--", name, ": ", v.back(), " is outside [", lo, ", ", hi, "]");
+    begin = end + 1;
+  }
+  return v;
 }
 
 void Args::allow_only(const std::set<std::string>& known) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,6 +21,10 @@ class Args {
   std::optional<std::string> value(const std::string& name) const;
   long long get_int(const std::string& name, long long fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  // A comma-separated list of integers in [lo, hi] ("1,8,64"); throws naming
+  // the option and the item that is not one.
+  std::vector<int64_t> get_int_list(const std::string& name, const std::string& fallback, int64_t lo,
+                                    int64_t hi) const;
   const std::vector<std::string>& positional() const { return positional_; }
   // Throws naming any option not in `known`.
   void allow_only(const std::set<std::string>& known) const;

@@ -22,15 +22,16 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
 
 #ifdef NVFP4MOE_HAS_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/bench_ceilings.hpp"
+#include "cli/bench_ceilings.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/random_weights.hpp"
+#include "moe/random_weights.hpp"
 #endif
 
 namespace nvfp4moe::cli {
@@ -47,33 +48,9 @@ constexpr const char* kUsage =
     "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
     "                      token bound; docs/ep.md)\n";
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    NVFP4_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos,
-                "--tokens: '", item, "' is not a positive integer");
-    v.push_back(std::stoll(item));
-    NVFP4_CHECK(v.back() > 0, "--tokens: token counts must be > 0, got ", v.back());
-  }
-  NVFP4_CHECK(!v.empty(), "--tokens: empty list");
-  return v;
-}
-
 #ifdef NVFP4MOE_HAS_CUDA
 
 using cuda::DeviceBuffer;
-
-struct Splitmix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
 
 // One forward's inputs on the device.
 struct InputSet {
@@ -86,7 +63,7 @@ struct InputSet {
 // Routing for `src_tokens` tokens x top-k of E (distinct per token, uniform);
 // slots outside [first, first+count) -> -1; with drop_empty, tokens without a
 // local slot are dropped (the ep8 rank's view).
-InputSet make_input(Splitmix& rng, int64_t src_tokens, const MoeConfig& c, int64_t first, int64_t count,
+InputSet make_input(SplitMix64& rng, int64_t src_tokens, const MoeConfig& c, int64_t first, int64_t count,
                     bool drop_empty) {
   const int64_t k = c.top_k, H = c.hidden;
   std::vector<int32_t> ids;
@@ -161,7 +138,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
   const int64_t H = c.hidden, I = c.intermediate, k = c.top_k;
 
   // Inputs first (their sizes decide max_tokens): a few sets per T, rotated.
-  Splitmix rng{seed};
+  SplitMix64 rng{seed};
   std::vector<std::vector<InputSet>> sets;
   int64_t max_tokens = 1;
   for (int64_t T : tlist) {
@@ -173,7 +150,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  MoeWeights w = cuda::make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
+  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
   MoeOptions o;
   o.backend = Backend::Cuda;
   o.device = device;
@@ -197,7 +174,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
       ForwardOutputs out;
       out.y = make_view(y.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device);
       moe.forward(make_view(in.x.get(), DType::BF16, {in.tokens, H}, DeviceKind::Cuda, device), r, out,
-                  stream.get());
+                  ForwardOptions{.stream = stream.get()});
     };
     for (int i = 0; i < warmup; ++i) forward(ss[size_t(i) % ss.size()]);
     std::vector<double> us;
@@ -249,10 +226,9 @@ int cmd_bench(int argc, char** argv) {
   const std::string workload = args.get("workload", "both");
   NVFP4_CHECK(workload == "ep8" || workload == "ep1" || workload == "both", "--workload: '", workload,
               "', expected ep8, ep1 or both");
-  const std::vector<int64_t> tlist = parse_list(args.get("tokens", "1,8,64,512,2048,8192"));
+  const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192", 1, 8192);
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   NVFP4_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0, got ", iters, " and ", warmup);
-  for (int64_t T : tlist) NVFP4_CHECK(T <= 8192, "--tokens: at most 8192 tokens per row, got ", T);
 #ifndef NVFP4MOE_HAS_CUDA
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else

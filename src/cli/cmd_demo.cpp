@@ -116,6 +116,54 @@ void print_usage() {
       "and regenerates the touched ones for the reference: minutes.\n");
 }
 
+// One row count's forwards: a warm-up, `iters` timed ones, routing
+// statistics and (unless skipped) the error against the unquantized layer.
+// Returns the number of non-finite outputs.
+int64_t demo_forward(Moe& moe, const MoeConfig& cfg, const SharedExpertWeights& shared, uint64_t seed, int64_t T,
+                     int64_t iters, int threads, bool gpu, bool reference) {
+  std::printf("--- %lld tokens\n", (long long)T);
+  const std::vector<float> x = synthetic_hidden_states(cfg, seed + 1, T);
+  auto t0 = Clock::now();
+  HostResult r = moe.forward_host({.x = x, .tokens = T});
+  const double first = seconds_since(t0);
+  t0 = Clock::now();
+  const std::clock_t c0 = std::clock();
+  for (int64_t i = 0; i < iters; ++i) r = moe.forward_host({.x = x, .tokens = T});
+  const double per = seconds_since(t0) / double(iters);
+  const double cpu_per = double(std::clock() - c0) / CLOCKS_PER_SEC / double(iters);
+
+  std::vector<int64_t> per_expert(static_cast<size_t>(cfg.experts), 0);
+  for (int32_t id : r.topk_ids)
+    if (id >= 0) ++per_expert[size_t(id)];
+  int64_t hit = 0, lo = INT64_MAX, hi = 0;
+  for (int64_t n : per_expert) {
+    hit += n > 0;
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  std::printf("routing: %lld of %lld experts hit; tokens per expert min %lld / mean %.2f / max %lld\n",
+              (long long)hit, (long long)cfg.experts, (long long)lo, double(T * cfg.top_k) / double(cfg.experts),
+              (long long)hi);
+  int64_t nonfinite = 0;
+  for (float v : r.y) nonfinite += !std::isfinite(v);
+  std::printf("forward: first %.2f ms, then %.2f ms per forward (mean of %lld; %.2f ms of process CPU time) = "
+              "%.1f tokens/s%s\n",
+              first * 1e3, per * 1e3, (long long)iters, cpu_per * 1e3, double(T) / per,
+              gpu ? " (host copies included)" : "");
+  if (!reference) return nonfinite;
+  t0 = Clock::now();
+  const std::vector<double> ref = unquantized_layer(cfg, seed, shared, x, T, r.topk_ids, r.topk_weights, threads);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < r.y.size(); ++i) {
+    num += (double(r.y[i]) - ref[i]) * (double(r.y[i]) - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  std::printf("relative L2 error vs the unquantized layer (same routing, %lld touched experts regenerated in "
+              "%.2f s): %.4f\n",
+              (long long)hit, seconds_since(t0), std::sqrt(num / std::max(den, 1e-300)));
+  return nonfinite;
+}
+
 }  // namespace
 
 int cmd_demo(int argc, char** argv) {
@@ -131,21 +179,7 @@ int cmd_demo(int argc, char** argv) {
   const std::string model = args.get("model", "small");
   const MoeConfig cfg = model_config(model);
   // --tokens N or a list N1,N2,...: one forward (plus timed repeats) per count.
-  std::vector<int64_t> token_counts;
-  {
-    const std::string list = args.get("tokens", "64");
-    size_t at = 0;
-    while (at <= list.size()) {
-      const size_t comma = std::min(list.find(',', at), list.size());
-      const std::string item = list.substr(at, comma - at);
-      char* end = nullptr;
-      const long long v = std::strtoll(item.c_str(), &end, 10);
-      NVFP4_CHECK(!item.empty() && end && *end == 0 && v >= 1, "--tokens expects N or N1,N2,... with N >= 1, got '",
-                  list, "'");
-      token_counts.push_back(v);
-      at = comma + 1;
-    }
-  }
+  const std::vector<int64_t> token_counts = args.get_int_list("tokens", "64", 1, int64_t(1) << 24);
   const int threads = int(args.get_int("threads", 0));
   const uint64_t seed = uint64_t(args.get_int("seed", 2026));
   const int64_t iters = args.get_int("iters", 3);
@@ -158,68 +192,22 @@ int cmd_demo(int argc, char** argv) {
   std::printf("device %s, %d threads, seed %llu\n", gpu ? "cuda" : "cpu", thread_count(threads),
               (unsigned long long)seed);
 
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   MoeWeights weights = make_synthetic_moe(cfg, seed);
   const double nvfp4_gb = double(weights.experts.w13_codes.size() + weights.experts.w13_scales.size() +
                                  weights.experts.w2_codes.size() + weights.experts.w2_scales.size()) / 1e9;
   std::printf("synthetic weights quantized to NVFP4 in %.2f s (%.3f GB of routed experts)\n", seconds_since(t0),
               nvfp4_gb);
   const SharedExpertWeights shared = weights.shared;
-  const int64_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
-
   MoeOptions opt;
   opt.backend = gpu ? Backend::Cuda : Backend::Cpu;
   opt.threads = threads;
-  opt.max_tokens = std::max<int64_t>(opt.max_tokens, max_tokens);
+  opt.max_tokens = std::max<int64_t>(opt.max_tokens, *std::max_element(token_counts.begin(), token_counts.end()));
   Moe moe(std::move(weights), opt);
 
   int64_t nonfinite = 0;
-  for (const int64_t T : token_counts) {
-    std::printf("--- %lld tokens\n", (long long)T);
-    const std::vector<float> x = synthetic_hidden_states(cfg, seed + 1, T);
-    std::vector<int32_t> ids;
-    std::vector<float> wts;
-    t0 = Clock::now();
-    std::vector<float> y = moe.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
-    const double first = seconds_since(t0);
-    t0 = Clock::now();
-    const std::clock_t c0 = std::clock();
-    for (int64_t i = 0; i < iters; ++i) y = moe.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
-    const double per = seconds_since(t0) / double(iters);
-    const double cpu_per = double(std::clock() - c0) / CLOCKS_PER_SEC / double(iters);
-
-    // Routing statistics.
-    std::vector<int64_t> per_expert(static_cast<size_t>(cfg.experts), 0);
-    for (int32_t id : ids)
-      if (id >= 0) ++per_expert[size_t(id)];
-    int64_t hit = 0, lo = INT64_MAX, hi = 0;
-    for (int64_t n : per_expert) {
-      hit += n > 0;
-      lo = std::min(lo, n);
-      hi = std::max(hi, n);
-    }
-    std::printf("routing: %lld of %lld experts hit; tokens per expert min %lld / mean %.2f / max %lld\n",
-                (long long)hit, (long long)cfg.experts, (long long)lo, double(T * cfg.top_k) / double(cfg.experts),
-                (long long)hi);
-    for (float v : y) nonfinite += !std::isfinite(v);
-    std::printf("forward: first %.2f ms, then %.2f ms per forward (mean of %lld; %.2f ms of process CPU time) = "
-                "%.1f tokens/s%s\n",
-                first * 1e3, per * 1e3, (long long)iters, cpu_per * 1e3, double(T) / per,
-                gpu ? " (host copies included)" : "");
-
-    if (!args.has("no-reference")) {
-      t0 = Clock::now();
-      const std::vector<double> ref = unquantized_layer(cfg, seed, shared, x, T, ids, wts, threads);
-      double num = 0, den = 0;
-      for (size_t i = 0; i < y.size(); ++i) {
-        num += (double(y[i]) - ref[i]) * (double(y[i]) - ref[i]);
-        den += ref[i] * ref[i];
-      }
-      std::printf("relative L2 error vs the unquantized layer (same routing, %lld touched experts regenerated in "
-                  "%.2f s): %.4f\n",
-                  (long long)hit, seconds_since(t0), std::sqrt(num / std::max(den, 1e-300)));
-    }
-  }
+  for (const int64_t T : token_counts)
+    nonfinite += demo_forward(moe, cfg, shared, seed, T, iters, threads, gpu, !args.has("no-reference"));
   if (nonfinite) std::printf("WARNING: %lld non-finite outputs\n", (long long)nonfinite);
   return nonfinite ? 1 : 0;
 }

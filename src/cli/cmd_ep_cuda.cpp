@@ -21,15 +21,16 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 
 #if defined(NVFP4MOE_HAS_CUDA)
 #include <cuda_runtime.h>
 
-#include "cpu/cpu_moe.hpp"
-#include "cuda/random_weights.hpp"
+#include "cuda/cuda_check.hpp"
 #include "ep/nccl_launcher.hpp"
+#include "moe/random_weights.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
 #endif
 
@@ -45,154 +46,159 @@ std::vector<std::string> relaunch_args(const char* sub, int argc, char** argv) {
   return a;
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) v.push_back(std::stoll(item));
-  NVFP4_CHECK(!v.empty(), "--tokens: expected a comma-separated list of token counts, got '", s, "'");
-  return v;
-}
-
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // Uniform top-k routing: k distinct GLOBAL experts per token, weights 1/k.
 void uniform_routing(uint64_t seed, int64_t T, int64_t k, int64_t E, std::vector<int32_t>& ids,
                      std::vector<float>& w) {
   ids.resize(size_t(T * k));
   w.assign(size_t(T * k), 1.0f / float(k));
+  SplitMix64 rng{seed};
   std::vector<int32_t> pool(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t e = 0; e < E; ++e) pool[size_t(e)] = int32_t(e);
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t pick = j + int64_t(splitmix(seed) % uint64_t(E - j));
+      const int64_t pick = j + int64_t(rng.next() % uint64_t(E - j));
       std::swap(pool[size_t(j)], pool[size_t(pick)]);
       ids[size_t(t * k + j)] = pool[size_t(j)];
     }
   }
 }
 
-#define EP_CLI_CUDA(call)                                                                                  \
-  do {                                                                                                     \
-    cudaError_t _e = (call);                                                                               \
-    NVFP4_CHECK(_e == cudaSuccess, "CUDA error ", cudaGetErrorName(_e), " in ", #call);                    \
-  } while (0)
-
-int bench_rank(const ep::RankEnv& env, const Args& args) {
-  const std::string model = args.get("model", "dsv4-pro");
-  MoeConfig cfg = model == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
-  NVFP4_CHECK(model == "dsv4-pro" || model == "dsv4-flash", "--model: dsv4-pro or dsv4-flash, got '", model, "'");
-  // --experts E: the geometry with fewer experts (e.g. one EP8 rank's 48 on one GPU).
-  cfg.experts = args.get_int("experts", cfg.experts);
-  NVFP4_CHECK(cfg.experts >= cfg.top_k, "--experts: need at least k=", cfg.top_k, " experts, got ", cfg.experts);
-  const std::vector<int64_t> tokens = parse_list(args.get("tokens", "1,8,64,512"));
-  const int iters = int(args.get_int("iters", 20)), warmup = int(args.get_int("warmup", 3));
-  const std::string combine = args.get("combine", "f32");
-  NVFP4_CHECK(combine == "f32" || combine == "bf16", "--combine: f32 or bf16, got '", combine, "'");
-  const uint64_t seed = uint64_t(args.get_int("seed", 1));
-  const bool use_graph = args.has("graph");
+// What `bench --ep` was asked for.
+struct EpBenchOptions {
+  std::string model;
+  MoeConfig cfg;
+  std::vector<int64_t> tokens;
+  int iters = 20, warmup = 3;
+  bool combine_bf16 = false, graph = false, unbounded = false;
+  uint64_t seed = 1;
   // --max-tokens N: every layer object sized for N tokens per rank (a
   // deployment's largest batch) while T tokens run; each forward passes T as
   // its token bound unless --unbounded (then launches and the expert GEMMs'
   // choice follow N).
-  const int64_t max_tokens = args.get_int("max-tokens", 0);
-  const bool unbounded = args.has("unbounded");
+  int64_t max_tokens = 0;
+};
+
+EpBenchOptions parse_ep_bench(const Args& args) {
+  EpBenchOptions o;
+  o.model = args.get("model", "dsv4-pro");
+  NVFP4_CHECK(o.model == "dsv4-pro" || o.model == "dsv4-flash", "--model: dsv4-pro or dsv4-flash, got '", o.model,
+              "'");
+  o.cfg = o.model == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
+  // --experts E: the geometry with fewer experts (e.g. one EP8 rank's 48 on one GPU).
+  o.cfg.experts = args.get_int("experts", o.cfg.experts);
+  NVFP4_CHECK(o.cfg.experts >= o.cfg.top_k, "--experts: need at least k=", o.cfg.top_k, " experts, got ",
+              o.cfg.experts);
+  o.tokens = args.get_int_list("tokens", "1,8,64,512", 1, int64_t(1) << 24);
+  o.iters = int(args.get_int("iters", 20));
+  o.warmup = int(args.get_int("warmup", 3));
+  const std::string combine = args.get("combine", "f32");
+  NVFP4_CHECK(combine == "f32" || combine == "bf16", "--combine: f32 or bf16, got '", combine, "'");
+  o.combine_bf16 = combine == "bf16";
+  o.seed = uint64_t(args.get_int("seed", 1));
+  o.graph = args.has("graph");
+  o.max_tokens = args.get_int("max-tokens", 0);
+  o.unbounded = args.has("unbounded");
+  return o;
+}
+
+// One rank's T tokens on the device: random x, uniform routing over all E.
+struct EpBenchBatch {
+  cuda::DeviceBuffer<float> x, weights;
+  cuda::DeviceBuffer<int32_t> ids;
+  cuda::DeviceBuffer<uint16_t> y;
+  TensorView xv;
+  RoutingArgs routing;
+  ForwardOutputs out;
+};
+EpBenchBatch make_ep_batch(const EpBenchOptions& o, int me, int64_t T) {
+  const int64_t H = o.cfg.hidden, k = o.cfg.top_k;
+  std::vector<float> x(size_t(T * H));
+  SplitMix64 rng{o.seed * 1315423911u + uint64_t(me) * 2654435761u + uint64_t(T)};
+  for (float& v : x) v = float(int64_t(rng.next() % 2001) - 1000) * 1e-3f;
+  std::vector<int32_t> ids;
+  std::vector<float> wts;
+  uniform_routing(rng.state, T, k, o.cfg.experts, ids, wts);
+  EpBenchBatch b{cuda::DeviceBuffer<float>(x.size()), cuda::DeviceBuffer<float>(wts.size()),
+                 cuda::DeviceBuffer<int32_t>(ids.size()), cuda::DeviceBuffer<uint16_t>(size_t(T * H))};
+  b.x.upload(x.data(), x.size());
+  b.weights.upload(wts.data(), wts.size());
+  b.ids.upload(ids.data(), ids.size());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());  // the pageable sources go out of scope
+  b.xv = make_view(b.x.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+  b.routing.topk_ids = make_view(b.ids.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+  b.routing.topk_weights = make_view(b.weights.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+  b.out.y = make_view(b.y.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  return b;
+}
+
+// Microseconds per forward over `iters` forwards after `warmup` (eager, or one
+// captured forward replayed with --graph, so launch rate and GPU time separate).
+double time_ep_forward(NcclEpMoe& moe, const EpBenchBatch& b, const ForwardOptions& fo, const EpBenchOptions& o) {
+  cuda::CudaEvent e0, e1;
+  for (int i = 0; i < o.warmup; ++i) moe.forward(b.xv, b.routing, b.out, fo);
+  cudaGraphExec_t exec = nullptr;
+  if (o.graph) {
+    cudaGraph_t graph = nullptr;
+    const cudaStream_t s = static_cast<cudaStream_t>(fo.stream);
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    moe.forward(b.xv, b.routing, b.out, fo);
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
+    for (int i = 0; i < o.warmup; ++i) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(fo.stream);
+  NVFP4_CUDA_CHECK(cudaEventRecord(e0.get(), s));
+  for (int i = 0; i < o.iters; ++i) {
+    if (exec)
+      NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    else
+      moe.forward(b.xv, b.routing, b.out, fo);
+  }
+  NVFP4_CUDA_CHECK(cudaEventRecord(e1.get(), s));
+  NVFP4_CUDA_CHECK(cudaEventSynchronize(e1.get()));
+  if (exec) NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  float ms = 0.0f;
+  NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+  moe.sync_errors();
+  return 1e3 * double(ms) / std::max(1, o.iters);
+}
+
+int bench_rank(const ep::RankEnv& env, const Args& args) {
+  const EpBenchOptions o = parse_ep_bench(args);
+  const MoeConfig& cfg = o.cfg;
   const int R = env.world, me = env.rank;
   NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
   ep::NcclComm comm(env);
-  const int64_t epr = cfg.experts / R, H = cfg.hidden, k = cfg.top_k;
-  const MoeWeights w = cuda::make_random_nvfp4_moe(cfg, seed, me * epr, epr);
+  const int64_t epr = cfg.experts / R, k = cfg.top_k;
+  const MoeWeights w = make_random_nvfp4_moe(cfg, o.seed, me * epr, epr);
   if (me == 0)
     std::printf("expert parallel over %d GPUs (NCCL symmetric memory, LSA barriers), %s: H=%lld I=%lld E=%lld "
                 "(%lld per rank) k=%lld, %s combine, %s, layer sized for %s, %s\n%8s %12s %14s %12s\n",
-                R, model.c_str(), (long long)H, (long long)cfg.intermediate, (long long)cfg.experts, (long long)epr,
-                (long long)k, combine.c_str(), use_graph ? "one captured forward replayed" : "eager launches",
-                max_tokens > 0 ? (std::to_string(max_tokens) + " tokens per rank").c_str() : "each T",
-                unbounded ? "no per-forward token bound" : "token bound T per forward",
-                "T/rank", "us/forward", "tokens/s (all)", "symm MB");
-  for (const int64_t T : tokens) {
-    NVFP4_CHECK(T >= 1, "--tokens: token counts must be >= 1, got ", T);
-    NVFP4_CHECK(max_tokens == 0 || T <= max_tokens, "--tokens: T=", T, " is above --max-tokens ", max_tokens);
-    const int64_t N = max_tokens > 0 ? max_tokens : T;  // tokens per rank the layer object is sized for
-    EpCudaOptions o;
-    o.max_tokens_per_rank = N;
-    o.combine_bf16 = combine == "bf16";
+                R, o.model.c_str(), (long long)cfg.hidden, (long long)cfg.intermediate, (long long)cfg.experts,
+                (long long)epr, (long long)k, o.combine_bf16 ? "bf16" : "f32",
+                o.graph ? "one captured forward replayed" : "eager launches",
+                o.max_tokens > 0 ? (std::to_string(o.max_tokens) + " tokens per rank").c_str() : "each T",
+                o.unbounded ? "no per-forward token bound" : "token bound T per forward", "T/rank", "us/forward",
+                "tokens/s (all)", "symm MB");
+  cuda::CudaStream stream;
+  for (const int64_t T : o.tokens) {
+    NVFP4_CHECK(o.max_tokens == 0 || T <= o.max_tokens, "--tokens: T=", T, " is above --max-tokens ", o.max_tokens);
+    const int64_t N = o.max_tokens > 0 ? o.max_tokens : T;  // tokens per rank the layer object is sized for
+    EpCudaOptions eo;
+    eo.max_tokens_per_rank = N;
+    eo.combine_bf16 = o.combine_bf16;
     // Uniform routing: a rank receives N*k pairs on average; room for 2x
     // (all R*N*k when that is small, so short rows never overflow).
-    o.recv_capacity = std::min<int64_t>(R * N * k, std::max<int64_t>(2 * N * k, 4096));
-    const int64_t bound = unbounded ? 0 : T;
-    NcclEpMoe moe(comm.get(), w, o);
-    std::vector<float> x(size_t(T * H));
-    uint64_t s = seed * 1315423911u + uint64_t(me) * 2654435761u + uint64_t(T);
-    for (float& v : x) v = float(int64_t(splitmix(s) % 2001) - 1000) * 1e-3f;
-    std::vector<int32_t> ids;
-    std::vector<float> wts;
-    uniform_routing(s, T, k, cfg.experts, ids, wts);
-    float *dx = nullptr, *dw = nullptr;
-    int32_t* di = nullptr;
-    void* dy = nullptr;
-    EP_CLI_CUDA(cudaMalloc(&dx, x.size() * 4));
-    EP_CLI_CUDA(cudaMalloc(&dw, wts.size() * 4));
-    EP_CLI_CUDA(cudaMalloc(&di, ids.size() * 4));
-    EP_CLI_CUDA(cudaMalloc(&dy, size_t(T * H) * 2));
-    EP_CLI_CUDA(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    EP_CLI_CUDA(cudaMemcpy(dw, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
-    EP_CLI_CUDA(cudaMemcpy(di, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-    RoutingArgs r;
-    r.topk_ids = make_view(di, DType::I32, {T, k}, DeviceKind::Cuda);
-    r.topk_weights = make_view(dw, DType::F32, {T, k}, DeviceKind::Cuda);
-    ForwardOutputs out;
-    out.y = make_view(dy, DType::BF16, {T, H}, DeviceKind::Cuda);
-    const TensorView xv = make_view(dx, DType::F32, {T, H}, DeviceKind::Cuda);
-    cudaStream_t stream = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    EP_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    EP_CLI_CUDA(cudaEventCreate(&e0));
-    EP_CLI_CUDA(cudaEventCreate(&e1));
-    for (int i = 0; i < warmup; ++i) moe.forward(xv, r, out, stream, bound);
-    // --graph: one forward captured and replayed, so launch rate and GPU time separate.
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    if (use_graph) {
-      EP_CLI_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      moe.forward(xv, r, out, stream, bound);
-      EP_CLI_CUDA(cudaStreamEndCapture(stream, &graph));
-      EP_CLI_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int i = 0; i < warmup; ++i) EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
-    }
-    EP_CLI_CUDA(cudaEventRecord(e0, stream));
-    for (int i = 0; i < iters; ++i) {
-      if (use_graph) {
-        EP_CLI_CUDA(cudaGraphLaunch(exec, stream));
-      } else {
-        moe.forward(xv, r, out, stream, bound);
-      }
-    }
-    EP_CLI_CUDA(cudaEventRecord(e1, stream));
-    EP_CLI_CUDA(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    EP_CLI_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    moe.sync_errors();
-    const double us = 1e3 * double(ms) / std::max(1, iters);
+    eo.recv_capacity = std::min<int64_t>(R * N * k, std::max<int64_t>(2 * N * k, 4096));
+    NcclEpMoe moe(comm.get(), w, eo);
+    const EpBenchBatch b = make_ep_batch(o, me, T);
+    const double us = time_ep_forward(
+        moe, b, ForwardOptions{.stream = stream.get(), .max_tokens_any_rank = o.unbounded ? 0 : T}, o);
     if (me == 0)
       std::printf("%8lld %12.1f %14.0f %12.1f\n", (long long)T, us, double(R * T) / (us * 1e-6),
                   double(moe.symm_bytes()) / 1e6);
     std::fflush(stdout);
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaStreamDestroy(stream);
-    cudaFree(dx);
-    cudaFree(dw);
-    cudaFree(di);
-    cudaFree(dy);
   }
   return 0;
 }
@@ -237,8 +243,9 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
   const int64_t b = ep_token_begin(T, R, me), e = ep_token_begin(T, R, me + 1), n = e - b;
   const std::vector<float> x_all = xi->to_f32();
   const std::vector<float> x(x_all.begin() + b * H, x_all.begin() + e * H);
-  std::vector<int32_t> ids(size_t(n * k));
-  std::vector<float> wts(size_t(n * k));
+  HostBatch batch{.x = x, .tokens = n};
+  std::vector<int32_t> ids, tid;
+  std::vector<float> wts;
   const TensorInfo* ti = in.find("topk_ids");
   const TensorInfo* tw = in.find("topk_weights");
   NVFP4_CHECK(!ti == !tw, input, ": topk_ids and topk_weights must be given together");
@@ -248,11 +255,12 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
                 input, ": topk_ids must be int32/int64 [T, k] and topk_weights f32 [T, k], T=", T, " k=", k);
     const std::vector<int32_t> all = as_i32(*ti);
     const std::vector<float> allw = tw->to_f32();
-    std::copy(all.begin() + b * k, all.begin() + e * k, ids.begin());
-    std::copy(allw.begin() + b * k, allw.begin() + e * k, wts.begin());
+    ids.assign(all.begin() + b * k, all.begin() + e * k);
+    wts.assign(allw.begin() + b * k, allw.begin() + e * k);
+    batch.topk_ids = ids;
+    batch.topk_weights = wts;
   } else {
-    // The router on the token's rank (host; the same math as the GPU router).
-    std::vector<int64_t> tid;
+    // The router on the token's rank.
     if (const TensorInfo* t = in.find("token_ids")) {
       const std::vector<int32_t> all = as_i32(*t);
       NVFP4_CHECK(int64_t(all.size()) == T, input, ": token_ids must be [T=", T, "]");
@@ -260,20 +268,20 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
     }
     NVFP4_CHECK(!cfg.hash_routed || !tid.empty() || T == 0, input, ": layer ", layer,
                 " is hash-routed: tensor \"token_ids\" [T] is required (or topk_ids + topk_weights)");
-    cpu::route_tokens(cfg, w.router, x.data(), n, tid.empty() ? nullptr : tid.data(), ids.data(), wts.data(), 0);
+    if (cfg.hash_routed) batch.token_ids = tid;
   }
   ep::NcclComm comm(env);
   EpCudaOptions o;
   o.max_tokens_per_rank = std::max<int64_t>(1, ep_token_begin(T, R, 1));  // the largest chunk
   o.checked = true;
   NcclEpMoe moe(comm.get(), w, o);
-  const std::vector<float> y = moe.forward_host(x, n, ids, wts);
-  std::vector<uint16_t> yb(y.size());
-  for (size_t i = 0; i < y.size(); ++i) yb[i] = bf16_from_float(y[i]).bits;
+  const HostResult r = moe.forward_host(batch);
+  std::vector<uint16_t> yb(r.y.size());
+  for (size_t i = 0; i < r.y.size(); ++i) yb[i] = bf16_from_float(r.y[i]).bits;
   SafetensorsWriter part;
   part.add("output", DType::BF16, {n, H}, yb.data());
-  part.add("topk_ids", DType::I32, {n, k}, ids.data());
-  part.add("topk_weights", DType::F32, {n, k}, wts.data());
+  part.add("topk_ids", DType::I32, {n, k}, r.topk_ids.data());
+  part.add("topk_weights", DType::F32, {n, k}, r.topk_weights.data());
   part.write(part_path(output, me));
   return 0;
 }

@@ -171,10 +171,17 @@ int cmd_run(int argc, char** argv) {
       cids = as_i32(routing.topk_ids);
       cw.assign(routing.topk_weights.ptr<float>(), routing.topk_weights.ptr<float>() + T * k);
     }
-    const std::vector<float> yf = moe.forward_host(xf, T, cids.empty() ? nullptr : &cids, cw.empty() ? nullptr : &cw,
-                                                   tid.empty() ? nullptr : &tid, &ids, &wts);
+    HostBatch b{.x = xf, .tokens = T};
+    if (!cids.empty()) {
+      b.topk_ids = cids;
+      b.topk_weights = cw;
+    }
+    if (!tid.empty()) b.token_ids = tid;
+    HostResult r = moe.forward_host(b);
     Bf16* yb = reinterpret_cast<Bf16*>(y.data());
-    for (size_t i = 0; i < yf.size(); ++i) yb[i] = bf16_from_float(yf[i]);  // exact: yf holds BF16 values
+    for (size_t i = 0; i < r.y.size(); ++i) yb[i] = bf16_from_float(r.y[i]);  // exact: r.y holds BF16 values
+    ids = std::move(r.topk_ids);
+    wts = std::move(r.topk_weights);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

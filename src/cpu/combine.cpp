@@ -38,11 +38,4 @@ void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t t
                threads);
 }
 
-float static_l1_scale(const ExpertWeights& w) {
-  if (w.w13_input_scale.empty()) return NAN;
-  float g = 0.0f;
-  for (float v : w.w13_input_scale) g = std::max(g, v);
-  return g;
-}
-
 }  // namespace nvfp4moe::cpu

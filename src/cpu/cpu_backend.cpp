@@ -4,8 +4,9 @@
 #include <vector>
 
 #include "cpu/cpu_moe.hpp"
-#include "cpu/forward_args.hpp"
+#include "cpu/tensor_values.hpp"
 #include "moe/backend.hpp"
+#include "moe/forward_checks.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe {
@@ -23,57 +24,27 @@ class CpuBackend final : public MoeBackendImpl {
                 "cpu backend: expert weights are H=", w_.experts.hidden, " I=", w_.experts.intermediate,
                 ", config H=", c.hidden, " I=", c.intermediate);
     validate_router(c, w_.router);
-    if (c.l1_input == InputScaleMode::Static) {
-      NVFP4_CHECK(!w_.experts.w13_input_scale.empty(),
-                  "static L1 input scale requested but the weights carry no w13 input_scale");
-      l1_static_g_ = static_l1_scale(w_.experts);
-    }
-    NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w_.experts.w2_input_scale.empty(),
-                "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+    l1_static_g_ = static_l1_input_scale(c, w_.experts);  // used when the L1 input is static
     if (c.shared_experts > 0) w_.shared.validate(c.hidden, c.shared_inter());
   }
 
   const MoeConfig& config() const override { return w_.config; }
   Backend kind() const override { return Backend::Cpu; }
+  int device_index() const override { return 0; }
   void sync_errors() override {}  // errors are thrown at once on the CPU
 
-  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void*) override {
+  void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+               const ForwardOptions&) override {
     const MoeConfig& c = w_.config;
-    const CheckedForward a = check_forward_args(c, x, routing, out, DeviceKind::Cpu);
-    const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
+    const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "Moe"});
+    const int64_t T = a.tokens;
 
     // Routing: caller's (checked before any work) or the router's.
-    std::vector<int32_t> ids(static_cast<size_t>(T * k));
-    std::vector<float> weights(static_cast<size_t>(T * k));
-    if (a.caller_routing) {
-      if (routing.topk_ids.dtype == DType::I32)
-        check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
-      else
-        check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
-      ids = values_i32(routing.topk_ids);
-      const float* tw = routing.topk_weights.ptr<const float>();
-      weights.assign(tw, tw + T * k);
-    }
-    std::vector<float> xf = values_f32(x);
-    if (!a.caller_routing) {
-      std::vector<int64_t> token_ids;
-      if (routing.token_ids.ndim != 0) token_ids = values_i64(routing.token_ids);
-      route_tokens(c, w_.router, xf.data(), T, token_ids.empty() ? nullptr : token_ids.data(), ids.data(),
-                   weights.data(), threads_);
-    }
-
-    forward_routed(xf.data(), T, ids.data(), weights.data(), out.y.ptr<Bf16>());
-    if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
-    if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
-  }
-
-  std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
-                                  const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
-                                  const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
-                                  std::vector<float>* topk_weights_out) override {
-    return forward_host_with(
-        w_.config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o, nullptr); },
-        x, tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
+    const std::vector<float> xf = values_f32(x);
+    const Routing r = forward_routing(c, w_.router, routing, a.caller_routing, xf.data(), {0, T}, threads_);
+    forward_routed(xf.data(), T, r.ids.data(), r.weights.data(), out.y.ptr<Bf16>());
+    if (a.want_ids) std::copy(r.ids.begin(), r.ids.end(), out.topk_ids.ptr<int32_t>());
+    if (a.want_weights) std::copy(r.weights.begin(), r.weights.end(), out.topk_weights.ptr<float>());
   }
 
  private:
@@ -127,7 +98,7 @@ class CpuBackend final : public MoeBackendImpl {
 
   MoeWeights w_;
   int threads_ = 0;
-  float l1_static_g_ = NAN;
+  float l1_static_g_ = 0.0f;
 };
 
 }  // namespace cpu

@@ -1,4 +1,4 @@
-// The stages of the CPU MoE forward (spec section 5), one .cpp each:
+// The stages of the CPU MoE forward (docs/numerics.md §5), one .cpp each:
 //   router.cpp          x -> (topk_ids, topk_weights)            [T, k]
 //   routing_check.cpp   caller routing -> int32 ids, range checks
 //   activation_qdq.cpp  x or h -> exact QDQ values + global scale per row
@@ -21,26 +21,32 @@ namespace nvfp4moe::cpu {
 // score-based top-k with the correction bias, or tid2eid[token_ids[t]] on a
 // hash-routed layer (token_ids required then; an id outside [0, vocab) throws
 // naming the token and the id). Writes GLOBAL ids and weights [T, k]. The
-// math is src/cpu/router_math.hpp, shared with the CUDA router.
+// math is src/moe/router_math.hpp, shared with the CUDA router.
 void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float* x, int64_t tokens,
                   const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads);
 
 // The router's float logit of expert e for one token (exact products, double sum).
 float router_logit(const float* x, const float* gate_row, int64_t hidden);
 
-// Validates a router for `cfg`: gate [E, H] and bias [E] sizes, finite values,
-// tid2eid [vocab, k] entries in [0, E) when hash-routed. Throws naming the
-// tensor, index and value.
-void validate_router(const MoeConfig& cfg, const RouterWeights& router);
+// The routing of a forward whose tensors check_forward_args accepted: the
+// caller's GLOBAL ids (checked to be in [-1, E)) and weights, or the
+// router's, run on each chunk [chunks[i], chunks[i + 1]) of the batch (an
+// expert-parallel rank routes its own tokens). x: f32 values [T, H].
+struct Routing {
+  std::vector<int32_t> ids;   // [T, k]
+  std::vector<float> weights;  // [T, k]
+};
+Routing forward_routing(const MoeConfig& cfg, const RouterWeights& router, const RoutingArgs& routing,
+                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads);
 
 // ---- routing checks -----------------------------------------------------------
-// Every id must be in [-1, E): else throws naming token, slot and id (spec 6,
+// Every id must be in [-1, E): else throws naming token, slot and id (docs/numerics.md §6,
 // checked before any work).
 void check_topk_ids(const int32_t* ids, int64_t tokens, int64_t k, int64_t experts);
 void check_topk_ids(const int64_t* ids, int64_t tokens, int64_t k, int64_t experts);
 
 // ---- activation QDQ -----------------------------------------------------------
-// Quantizes each row of x [rows, cols] exactly per spec section 2 (via
+// Quantizes each row of x [rows, cols] exactly per docs/numerics.md §2 (via
 // quantize_rows) and writes the dequantized values WITHOUT the global scale,
 // value(q) * f32(s) (exact in FP32), and the row's g. Dynamic: g = amax/2688
 // per row; static: g = static_g[row * static_stride]. A row holding NaN/Inf
@@ -85,9 +91,5 @@ void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t t
 
 // The routed experts' weighting: contrib[p] = w_p * o[p] (FP32 product).
 void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden);
-
-// The static L1 scale: the max over ALL experts of w13_input_scale (vLLM's
-// convention), or NaN if the weights carry none.
-float static_l1_scale(const ExpertWeights& w);
 
 }  // namespace nvfp4moe::cpu

@@ -1,4 +1,4 @@
-// The DeepSeek-V4 router on the CPU (spec section 5): logits, scores, top-k
+// The DeepSeek-V4 router on the CPU (docs/numerics.md §5): logits, scores, top-k
 // with the correction bias, or hash routing through tid2eid. The per-token
 // math is router_math.hpp, shared with the CUDA router so both select alike.
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "common/parallel.hpp"
 #include "cpu/cpu_moe.hpp"
-#include "cpu/router_math.hpp"
+#include "moe/router_math.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cpu {
@@ -22,29 +22,6 @@ float router_logit(const float* x, const float* gate_row, int64_t hidden) {
   double s = 0.0;
   for (int l = 0; l < 8; ++l) s += acc[l];
   return router::round_logit(s);
-}
-
-void validate_router(const MoeConfig& cfg, const RouterWeights& r) {
-  const int64_t E = cfg.experts, H = cfg.hidden, k = cfg.top_k;
-  if (cfg.hash_routed) {
-    NVFP4_CHECK(r.vocab > 0 && int64_t(r.tid2eid.size()) == r.vocab * k,
-                "router: hash-routed layer needs tid2eid [vocab, k] = [", r.vocab, ", ", k, "], got ",
-                r.tid2eid.size(), " entries");
-    for (size_t i = 0; i < r.tid2eid.size(); ++i)
-      NVFP4_CHECK(r.tid2eid[i] >= 0 && r.tid2eid[i] < E, "router: tid2eid[", int64_t(i) / k, "][",
-                  int64_t(i) % k, "] = ", r.tid2eid[i], " is outside [0, E=", E, ")");
-  }
-  // The gate is needed for scores (and for the weights of hash layers) unless
-  // every forward supplies its own routing; an empty gate is allowed then.
-  NVFP4_CHECK(r.gate.empty() || int64_t(r.gate.size()) == E * H, "router: gate has ", r.gate.size(),
-              " elements, expected [E, H] = [", E, ", ", H, "]");
-  NVFP4_CHECK(r.bias.empty() || int64_t(r.bias.size()) == E, "router: e_score_correction_bias has ",
-              r.bias.size(), " elements, expected E=", E);
-  for (size_t i = 0; i < r.gate.size(); ++i)
-    NVFP4_CHECK(std::isfinite(r.gate[i]), "router: gate weight [", int64_t(i) / H, ", ", int64_t(i) % H,
-                "] is ", r.gate[i]);
-  for (size_t i = 0; i < r.bias.size(); ++i)
-    NVFP4_CHECK(std::isfinite(r.bias[i]), "router: e_score_correction_bias[", i, "] is ", r.bias[i]);
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// The device error word of the CUDA backend (spec section 6): kernels set bits
+// The device error word of the CUDA backend (docs/numerics.md §6): kernels set bits
 // with atomicOr and, for the first error of each call, where it happened; the
 // host reads it at the next synchronising call (Moe::sync_errors).
 #pragma once

@@ -17,7 +17,8 @@
 #include <cstring>
 
 #include "cpu/cpu_moe.hpp"
-#include "cpu/forward_args.hpp"
+#include "cpu/tensor_values.hpp"
+#include "moe/forward_checks.hpp"
 #include "ep/cpu_ep_plan.hpp"
 #include "ep/ep_index.hpp"
 #include "nvfp4moe/error.hpp"
@@ -30,7 +31,7 @@ struct CpuEpMoe::Impl {
   SharedExpertWeights shared;    // replicated on every rank
   std::vector<ExpertWeights> rank_experts;  // [R]: slice r, LOCAL ids
   CpuEpOptions options;
-  float l1_static_g = NAN;       // max over ALL experts, as one rank would read it from the checkpoint
+  float l1_static_g = 0.0f;      // static L1 g: the max over ALL experts
   CpuEpStats stats;
 
   int ranks() const { return int(rank_experts.size()); }
@@ -45,19 +46,13 @@ CpuEpMoe::CpuEpMoe(const MoeWeights& w, int ranks, const CpuEpOptions& options) 
               " ranks");
   NVFP4_CHECK(w.experts.count == c.experts && w.experts.first_expert == 0, "expert parallelism: needs all E=",
               c.experts, " experts to slice, got count=", w.experts.count, " first_expert=", w.experts.first_expert);
-  cpu::validate_router(c, w.router);
+  validate_router(c, w.router);
   Impl& m = *impl_;
   m.config = c;
   m.router = w.router;
   m.shared = w.shared;
   m.options = options;
-  if (c.l1_input == InputScaleMode::Static) {
-    NVFP4_CHECK(!w.experts.w13_input_scale.empty(),
-                "static L1 input scale requested but the weights carry no w13 input_scale");
-    m.l1_static_g = cpu::static_l1_scale(w.experts);
-  }
-  NVFP4_CHECK(c.l2_input == InputScaleMode::Dynamic || !w.experts.w2_input_scale.empty(),
-              "static L2 input scale requested but the weights carry no w2 (down_proj) input_scale");
+  m.l1_static_g = static_l1_input_scale(c, w.experts);  // the max over ALL experts, as each rank reads it
   const int64_t per = c.experts / ranks;
   for (int r = 0; r < ranks; ++r) m.rank_experts.push_back(w.experts.slice(r * per, per));
 }
@@ -85,98 +80,114 @@ struct RecvEntry {
   float weight;
 };
 
-}  // namespace
+// One rank's receive buffers: activation rows [n, H] and what came with them.
+struct RecvBuffer {
+  std::vector<float> x;
+  std::vector<RecvEntry> entries;
+};
 
-void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out) {
-  Impl& m = *impl_;
-  const MoeConfig& c = m.config;
-  const cpu::CheckedForward a = cpu::check_forward_args(c, x, routing, out, DeviceKind::Cpu);
-  const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
-  const int R = m.ranks();
-  const int threads = m.options.threads;
+// One rank's combine buffers: the weighted rows w_j * o_e of its own tokens'
+// slots [tokens * k, H], and which rows arrived ([tokens * k]: row or -1).
+struct CombineBuffer {
+  std::vector<float> rows;
+  std::vector<int64_t> index;
+};
 
-  // 1. route: the caller's GLOBAL ids (checked), or the router on each rank's chunk.
-  std::vector<int32_t> ids(static_cast<size_t>(T * k));
-  std::vector<float> weights(static_cast<size_t>(T * k));
-  if (a.caller_routing) {
-    if (routing.topk_ids.dtype == DType::I32)
-      cpu::check_topk_ids(routing.topk_ids.ptr<const int32_t>(), T, k, c.experts);
-    else
-      cpu::check_topk_ids(routing.topk_ids.ptr<const int64_t>(), T, k, c.experts);
-    ids = cpu::values_i32(routing.topk_ids);
-    const float* tw = routing.topk_weights.ptr<const float>();
-    weights.assign(tw, tw + T * k);
-  }
-  const std::vector<float> xf = cpu::values_f32(x);
-  if (!a.caller_routing) {
-    std::vector<int64_t> token_ids;
-    if (routing.token_ids.ndim != 0) token_ids = cpu::values_i64(routing.token_ids);
-    for (int r = 0; r < R; ++r) {
-      const int64_t b = ep::token_chunk_begin(T, R, r), e = ep::token_chunk_begin(T, R, r + 1);
-      cpu::route_tokens(c, m.router, xf.data() + b * H, e - b, token_ids.empty() ? nullptr : token_ids.data() + b,
-                        ids.data() + b * k, weights.data() + b * k, threads);
-    }
-  }
-
-  // 2. plan (throws on capacity overflow before any expert work).
-  const ep::CpuDispatchPlan plan =
-      ep::plan_cpu_dispatch(ids.data(), T, int32_t(k), int32_t(c.experts), R, m.options.recv_capacity);
+// 3. dispatch: every slot with a GLOBAL id goes to its owner's receive buffer,
+// with its activation row, slot, weight and LOCAL id.
+std::vector<RecvBuffer> dispatch(const ep::CpuDispatchPlan& plan, const cpu::Routing& routing, const float* x,
+                                 int64_t k, int64_t E, int64_t H, int R) {
   const int32_t per = plan.experts_per_rank;
-
-  // 3. dispatch into each owner's receive buffers.
-  std::vector<std::vector<float>> recv_x(static_cast<size_t>(R));
-  std::vector<std::vector<RecvEntry>> recv(static_cast<size_t>(R));
+  std::vector<RecvBuffer> recv(static_cast<size_t>(R));
   for (int d = 0; d < R; ++d) {
-    recv_x[size_t(d)].resize(size_t(plan.recv_count[size_t(d)] * H));
-    recv[size_t(d)].resize(size_t(plan.recv_count[size_t(d)]));
+    recv[size_t(d)].x.resize(size_t(plan.recv_count[size_t(d)] * H));
+    recv[size_t(d)].entries.resize(size_t(plan.recv_count[size_t(d)]));
   }
   for (int s = 0; s < R; ++s) {
     std::vector<int64_t> cursor(static_cast<size_t>(R));
     for (int d = 0; d < R; ++d) cursor[size_t(d)] = plan.recv_offset[size_t(s * R + d)];
     for (int64_t t = plan.token_begin[size_t(s)]; t < plan.token_begin[size_t(s + 1)]; ++t)
       for (int64_t j = 0; j < k; ++j) {
-        const int32_t id = ids[size_t(t * k + j)];
-        const int32_t d = ep::slot_owner(id, int32_t(c.experts), per);
+        const int32_t id = routing.ids[size_t(t * k + j)];
+        const int32_t d = ep::slot_owner(id, int32_t(E), per);
         if (d < 0) continue;
         const int64_t row = cursor[size_t(d)]++;
-        std::memcpy(recv_x[size_t(d)].data() + row * H, xf.data() + t * H, size_t(H) * sizeof(float));
-        recv[size_t(d)][size_t(row)] = {s, int32_t(t - plan.token_begin[size_t(s)]), int32_t(j),
-                                        ep::local_expert(id, d, per), weights[size_t(t * k + j)]};
+        std::memcpy(recv[size_t(d)].x.data() + row * H, x + t * H, size_t(H) * sizeof(float));
+        recv[size_t(d)].entries[size_t(row)] = {s, int32_t(t - plan.token_begin[size_t(s)]), int32_t(j),
+                                                ep::local_expert(id, d, per), routing.weights[size_t(t * k + j)]};
       }
   }
+  return recv;
+}
 
-  // 4. compute on each owner with LOCAL ids; 5. return w_j * o_e to the token's rank.
-  std::vector<std::vector<float>> combine_rows(static_cast<size_t>(R));
-  std::vector<std::vector<int64_t>> combine_index(static_cast<size_t>(R));  // [tokens_r * k]: row or -1
+// 4. compute on the owner with LOCAL ids: QDQ of x, the grouped NVFP4 GEMMs,
+// w_j * o_e; 5. return each weighted row to its token's rank.
+void compute_and_return(const MoeConfig& c, const ExpertWeights& ew, const RecvBuffer& recv, const float* l1_static_g,
+                        int threads, std::vector<CombineBuffer>& combine) {
+  const int64_t n = int64_t(recv.entries.size()), H = c.hidden, k = c.top_k;
+  if (n == 0) return;
+  std::vector<float> a_values(size_t(n * H)), a_g(static_cast<size_t>(n)), o(size_t(n * H)), w(static_cast<size_t>(n));
+  cpu::qdq_rows(recv.x.data(), n, H, l1_static_g, 0, a_values.data(), a_g.data());
+  std::vector<cpu::ExpertPair> pairs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    pairs[size_t(i)] = {int32_t(i), recv.entries[size_t(i)].local_expert};
+    w[size_t(i)] = recv.entries[size_t(i)].weight;
+  }
+  cpu::run_routed_experts(c, ew, a_values.data(), a_g.data(), pairs.data(), n,
+                          c.l2_input == InputScaleMode::Static ? ew.w2_input_scale.data() : nullptr, o.data(), threads);
+  cpu::weight_rows(o.data(), w.data(), n, H);
+  for (int64_t i = 0; i < n; ++i) {
+    const RecvEntry& e = recv.entries[size_t(i)];
+    const int64_t row = ep::combine_row(e.token, e.slot, int32_t(k));
+    CombineBuffer& dst = combine[size_t(e.src_rank)];
+    std::memcpy(dst.rows.data() + row * H, o.data() + i * H, size_t(H) * sizeof(float));
+    dst.index[size_t(row)] = row;
+  }
+}
+
+CpuEpStats dispatch_stats(const ep::CpuDispatchPlan& plan, int R) {
+  CpuEpStats st;
+  st.tokens.assign(size_t(R), 0);
+  st.received = plan.recv_count;
+  st.sent.assign(size_t(R), 0);
+  for (int s = 0; s < R; ++s) {
+    st.tokens[size_t(s)] = plan.token_begin[size_t(s + 1)] - plan.token_begin[size_t(s)];
+    for (int d = 0; d < R; ++d) st.sent[size_t(s)] += plan.send_count[size_t(s * R + d)];
+  }
+  return st;
+}
+
+}  // namespace
+
+void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+                       const ForwardOptions&) {
+  Impl& m = *impl_;
+  const MoeConfig& c = m.config;
+  const CheckedForward a = check_forward_args(c, x, routing, out, ForwardSite{.who = "CpuEpMoe"});
+  const int64_t T = a.tokens, H = c.hidden, k = c.top_k;
+  const int R = m.ranks();
+  const int threads = m.options.threads;
+
+  // 1. route: the caller's GLOBAL ids (checked), or the router on each rank's chunk.
+  const std::vector<float> xf = cpu::values_f32(x);
+  std::vector<int64_t> chunks(size_t(R + 1));
+  for (int r = 0; r <= R; ++r) chunks[size_t(r)] = ep::token_chunk_begin(T, R, r);
+  const cpu::Routing route = cpu::forward_routing(c, m.router, routing, a.caller_routing, xf.data(), chunks, threads);
+  // 2. plan (throws on capacity overflow before any expert work).
+  const ep::CpuDispatchPlan plan =
+      ep::plan_cpu_dispatch(route.ids.data(), T, int32_t(k), int32_t(c.experts), R, m.options.recv_capacity);
+  // 3. dispatch into each owner's receive buffers.
+  const std::vector<RecvBuffer> recv = dispatch(plan, route, xf.data(), k, c.experts, H, R);
+  // 4. compute on each owner; 5. return w_j * o_e to the token's rank.
+  std::vector<CombineBuffer> combine(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
     const int64_t n = plan.token_begin[size_t(r + 1)] - plan.token_begin[size_t(r)];
-    combine_rows[size_t(r)].resize(size_t(n * k * H));
-    combine_index[size_t(r)].assign(size_t(n * k), -1);
+    combine[size_t(r)].rows.resize(size_t(n * k * H));
+    combine[size_t(r)].index.assign(size_t(n * k), -1);
   }
-  for (int d = 0; d < R; ++d) {
-    const int64_t n = plan.recv_count[size_t(d)];
-    if (n == 0) continue;
-    const ExpertWeights& ew = m.rank_experts[size_t(d)];
-    std::vector<float> a_values(size_t(n * H)), a_g(static_cast<size_t>(n)), o(size_t(n * H)), w(static_cast<size_t>(n));
-    cpu::qdq_rows(recv_x[size_t(d)].data(), n, H, c.l1_input == InputScaleMode::Static ? &m.l1_static_g : nullptr, 0,
-                  a_values.data(), a_g.data());
-    std::vector<cpu::ExpertPair> pairs(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      pairs[size_t(i)] = {int32_t(i), recv[size_t(d)][size_t(i)].local_expert};
-      w[size_t(i)] = recv[size_t(d)][size_t(i)].weight;
-    }
-    cpu::run_routed_experts(c, ew, a_values.data(), a_g.data(), pairs.data(), n,
-                            c.l2_input == InputScaleMode::Static ? ew.w2_input_scale.data() : nullptr, o.data(),
-                            threads);
-    cpu::weight_rows(o.data(), w.data(), n, H);
-    for (int64_t i = 0; i < n; ++i) {
-      const RecvEntry& e = recv[size_t(d)][size_t(i)];
-      const int64_t row = ep::combine_row(e.token, e.slot, int32_t(k));
-      std::memcpy(combine_rows[size_t(e.src_rank)].data() + row * H, o.data() + i * H, size_t(H) * sizeof(float));
-      combine_index[size_t(e.src_rank)][size_t(row)] = row;
-    }
-  }
-
+  const float* l1_static_g = c.l1_input == InputScaleMode::Static ? &m.l1_static_g : nullptr;
+  for (int d = 0; d < R; ++d)
+    compute_and_return(c, m.rank_experts[size_t(d)], recv[size_t(d)], l1_static_g, threads, combine);
   // 6. combine on each token's rank: slots in order + shared expert, BF16 once.
   Bf16* y = out.y.ptr<Bf16>();
   for (int r = 0; r < R; ++r) {
@@ -187,28 +198,12 @@ void CpuEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const Fo
       shared.resize(size_t(n * H));
       cpu::run_shared_expert(c, m.shared, xf.data() + b * H, n, shared.data(), threads);
     }
-    cpu::combine_tokens(combine_rows[size_t(r)].data(), combine_index[size_t(r)].data(), n, k, H,
+    cpu::combine_tokens(combine[size_t(r)].rows.data(), combine[size_t(r)].index.data(), n, k, H,
                         shared.empty() ? nullptr : shared.data(), y + b * H, threads);
   }
-  if (a.want_ids) std::copy(ids.begin(), ids.end(), out.topk_ids.ptr<int32_t>());
-  if (a.want_weights) std::copy(weights.begin(), weights.end(), out.topk_weights.ptr<float>());
-
-  m.stats.tokens.assign(size_t(R), 0);
-  m.stats.received = plan.recv_count;
-  m.stats.sent.assign(size_t(R), 0);
-  for (int s = 0; s < R; ++s) {
-    m.stats.tokens[size_t(s)] = plan.token_begin[size_t(s + 1)] - plan.token_begin[size_t(s)];
-    for (int d = 0; d < R; ++d) m.stats.sent[size_t(s)] += plan.send_count[size_t(s * R + d)];
-  }
-}
-
-std::vector<float> CpuEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
-                                          const std::vector<int32_t>* topk_ids, const std::vector<float>* topk_weights,
-                                          const std::vector<int32_t>* token_ids, std::vector<int32_t>* topk_ids_out,
-                                          std::vector<float>* topk_weights_out) {
-  return cpu::forward_host_with(
-      impl_->config, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& o) { forward(xv, r, o); }, x,
-      tokens, topk_ids, topk_weights, token_ids, topk_ids_out, topk_weights_out);
+  if (a.want_ids) std::copy(route.ids.begin(), route.ids.end(), out.topk_ids.ptr<int32_t>());
+  if (a.want_weights) std::copy(route.weights.begin(), route.weights.end(), out.topk_weights.ptr<float>());
+  m.stats = dispatch_stats(plan, R);
 }
 
 }  // namespace nvfp4moe

@@ -17,6 +17,7 @@ int64_t ep_token_begin(int64_t tokens, int ranks, int rank) { return ep::token_c
 
 struct EpCudaEmulation::Impl {
   MoeConfig config;
+  int device = 0;
   EpCudaOptions options;
   int ranks = 0;
   ep::SegmentLayout layout;
@@ -38,6 +39,7 @@ EpCudaEmulation::EpCudaEmulation(const MoeWeights& w, int ranks, const EpCudaOpt
   m.config = w.config;
   m.options = o;
   m.ranks = ranks;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&m.device));
   m.layout = ep::ep_layout(w.config, ranks, o);
   const float l1_g = ep::ep_l1_static_scale(w, o);
   m.segments = cuda::DeviceBuffer<char>(size_t(m.layout.bytes) * ranks);
@@ -48,7 +50,8 @@ EpCudaEmulation::EpCudaEmulation(const MoeWeights& w, int ranks, const EpCudaOpt
     slice.experts = w.experts.slice(int64_t(r) * m.layout.local_experts, m.layout.local_experts);
     slice.shared = w.shared;  // every rank runs the shared expert on its own tokens
     slice.router = w.router;  // and the router on its own tokens
-    m.rank.push_back(std::make_unique<ep::EpRank>(slice, m.layout, r, l1_g));
+    m.rank.push_back(std::make_unique<ep::EpRank>(
+        slice, m.layout, r, l1_g, o.reference_compute ? cuda::RoutedKernels::Reference : cuda::RoutedKernels::Fast));
   }
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -59,14 +62,16 @@ EpCudaEmulation& EpCudaEmulation::operator=(EpCudaEmulation&&) noexcept = defaul
 
 int EpCudaEmulation::ranks() const { return impl_->ranks; }
 uint64_t EpCudaEmulation::segment_bytes() const { return impl_->layout.bytes; }
+const MoeConfig& EpCudaEmulation::config() const { return impl_->config; }
+int EpCudaEmulation::device_index() const { return impl_->device; }
 
 void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
-                              void* stream) {
+                              const ForwardOptions& options) {
   Impl& m = *impl_;
   const int64_t T = x.ndim == 2 ? x.shape[0] : 0;
   // Checks the whole batch once (every chunk is then within its rank's capacity).
-  const ep::EpRankIo all = ep::ep_check_io(x, routing, out, m.layout, int64_t(m.layout.max_tokens) * m.ranks,
-                                           m.config.hash_routed, "EpCudaEmulation::forward");
+  const ep::EpRankIo all =
+      ep::ep_check_io(m.config, x, routing, out, int64_t(m.layout.max_tokens) * m.ranks, "EpCudaEmulation");
   int64_t bound = 1;  // the largest chunk: this forward's token bound (ep_rank.cuh), exact here
   for (int r = 0; r < m.ranks; ++r) {
     const int64_t n = ep::token_chunk_begin(T, m.ranks, r + 1) - ep::token_chunk_begin(T, m.ranks, r);
@@ -74,8 +79,7 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
                 " tokens, above max_tokens_per_rank=", m.layout.max_tokens);
     bound = std::max(bound, n);
   }
-  auto s = static_cast<cudaStream_t>(stream);
-  const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
+  auto s = static_cast<cudaStream_t>(options.stream);
   // Rank r's views: its contiguous chunk of every per-token tensor.
   std::vector<ep::EpRankIo> io(m.ranks, all);
   const int64_t k = m.layout.top_k, H = m.layout.hidden;
@@ -95,22 +99,12 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
     io[r].tokens_bound = int32_t(bound);
   }
   // Each phase for every rank before the next: stream order = the barriers.
-  for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], which, s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->dispatch(m.peers(), s);
-  for (int r = 0; r < m.ranks; ++r) m.rank[r]->compute(m.own(r), which, s);
+  for (int r = 0; r < m.ranks; ++r) m.rank[r]->compute(m.own(r), s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->push(m.peers(), s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->combine(m.peers(), io[r], s);
   if (m.options.checked) sync_errors();
-}
-
-std::vector<float> EpCudaEmulation::forward_host(const std::vector<float>& x, int64_t tokens,
-                                                 const std::vector<int32_t>& topk_ids,
-                                                 const std::vector<float>& topk_weights) {
-  return ep::ep_forward_host("EpCudaEmulation::forward_host", impl_->config.hidden, impl_->config.top_k, x, tokens,
-                             topk_ids, topk_weights,
-                             [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& out) {
-                               forward(xv, r, out, nullptr);
-                             });
 }
 
 void EpCudaEmulation::sync_errors() {

@@ -1,4 +1,4 @@
-// Expert-parallel bookkeeping (spec section 6), compiled by C++ and CUDA.
+// Expert-parallel bookkeeping (docs/numerics.md §6), compiled by C++ and CUDA.
 //
 // ONE copy of the indexing that both GPU paths use: the NCCL path (ranks are
 // processes, peers reached through LSA pointers of a symmetric window) and
@@ -6,7 +6,7 @@
 // same way). Only the "where is rank r's segment" accessor differs between
 // them; every offset, owner, local id and capacity decision is made here.
 //
-// Conventions (spec 6):
+// Conventions (docs/numerics.md §6):
 //   * R ranks, E % R == 0, rank r owns GLOBAL experts [r*E/R, (r+1)*E/R) and
 //     indexes its weights LOCALLY: local = global - r*E/R.
 //   * topk ids are GLOBAL, -1 = "no expert" (contributes nothing); an id

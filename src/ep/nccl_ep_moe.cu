@@ -48,7 +48,7 @@ bool nccl_ep_available() { return true; }
 
 struct NcclEpMoe::Impl {
   ncclComm_t comm = nullptr;
-  int rank = 0, ranks = 0;
+  int rank = 0, ranks = 0, device = 0;
   MoeConfig config;
   EpCudaOptions options;
   ep::SegmentLayout layout;
@@ -70,6 +70,7 @@ NcclEpMoe::NcclEpMoe(ncclComm* comm, const MoeWeights& w, const EpCudaOptions& o
   NVFP4_NCCL_CHECK(ncclCommCount(comm, &m.ranks));
   w.config.validate();
   w.experts.validate();
+  NVFP4_CUDA_CHECK(cudaGetDevice(&m.device));
   m.config = w.config;
   m.options = o;
   m.layout = ep::ep_layout(w.config, m.ranks, o);
@@ -93,7 +94,8 @@ NcclEpMoe::NcclEpMoe(ncclComm* comm, const MoeWeights& w, const EpCudaOptions& o
               "(the max over ALL experts)");
   const float l1_g = ep::ep_l1_static_scale(w, o);
   m.symm = std::make_unique<ep::SymmBuffer>(comm, m.layout.bytes, /*lsa_barriers=*/1);
-  m.me = std::make_unique<ep::EpRank>(slice, m.layout, m.rank, l1_g);
+  m.me = std::make_unique<ep::EpRank>(slice, m.layout, m.rank, l1_g,
+                                      o.reference_compute ? cuda::RoutedKernels::Reference : cuda::RoutedKernels::Fast);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -106,36 +108,29 @@ NcclEpMoe& NcclEpMoe::operator=(NcclEpMoe&&) noexcept = default;
 int NcclEpMoe::rank() const { return impl_->rank; }
 int NcclEpMoe::ranks() const { return impl_->ranks; }
 uint64_t NcclEpMoe::symm_bytes() const { return impl_->layout.bytes; }
+const MoeConfig& NcclEpMoe::config() const { return impl_->config; }
+int NcclEpMoe::device_index() const { return impl_->device; }
 
-void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out, void* stream,
-                        int64_t max_tokens_any_rank) {
+void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
+                        const ForwardOptions& options) {
   Impl& m = *impl_;
-  ep::EpRankIo io =
-      ep::ep_check_io(x, routing, out, m.layout, m.layout.max_tokens, m.config.hash_routed, "NcclEpMoe::forward");
+  const int64_t max_tokens_any_rank = options.max_tokens_any_rank;
+  ep::EpRankIo io = ep::ep_check_io(m.config, x, routing, out, m.layout.max_tokens, "NcclEpMoe");
   NVFP4_CHECK(max_tokens_any_rank >= 0 && max_tokens_any_rank <= m.layout.max_tokens,
               "NcclEpMoe::forward: max_tokens_any_rank=", max_tokens_any_rank, " must be in [0, max_tokens_per_rank=",
               m.layout.max_tokens, "] (0: max_tokens_per_rank)");
   NVFP4_CHECK(max_tokens_any_rank == 0 || io.tokens <= max_tokens_any_rank, "NcclEpMoe::forward: rank ", m.rank,
               " has T=", io.tokens, " tokens, above max_tokens_any_rank=", max_tokens_any_rank);
   io.tokens_bound = max_tokens_any_rank > 0 ? int32_t(max_tokens_any_rank) : m.layout.max_tokens;
-  auto s = static_cast<cudaStream_t>(stream);
-  const ep::EpCompute which = m.options.reference_compute ? ep::EpCompute::Reference : ep::EpCompute::GroupedGemm;
-  m.me->stage(m.peers(), m.symm->local(), io, which, s);
+  auto s = static_cast<cudaStream_t>(options.stream);
+  m.me->stage(m.peers(), m.symm->local(), io, s);
   m.barrier(s);
   m.me->dispatch(m.peers(), s);
-  m.me->compute(m.symm->local(), which, s);
+  m.me->compute(m.symm->local(), s);
   m.me->push(m.peers(), s);
   m.barrier(s);
   m.me->combine(m.peers(), io, s);
   if (m.options.checked) sync_errors();
-}
-
-std::vector<float> NcclEpMoe::forward_host(const std::vector<float>& x, int64_t tokens,
-                                           const std::vector<int32_t>& topk_ids, const std::vector<float>& topk_weights) {
-  return ep::ep_forward_host("NcclEpMoe::forward_host", impl_->config.hidden, impl_->config.top_k, x, tokens, topk_ids,
-                             topk_weights, [&](const TensorView& xv, const RoutingArgs& r, const ForwardOutputs& out) {
-                               forward(xv, r, out, nullptr);
-                             });
 }
 
 void NcclEpMoe::sync_errors() {
@@ -169,11 +164,9 @@ NcclEpMoe& NcclEpMoe::operator=(NcclEpMoe&&) noexcept = default;
 int NcclEpMoe::rank() const { return 0; }
 int NcclEpMoe::ranks() const { return 0; }
 uint64_t NcclEpMoe::symm_bytes() const { return 0; }
-void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, void*, int64_t) {}
-std::vector<float> NcclEpMoe::forward_host(const std::vector<float>&, int64_t, const std::vector<int32_t>&,
-                                           const std::vector<float>&) {
-  return {};
-}
+const MoeConfig& NcclEpMoe::config() const { NVFP4_FAIL("NcclEpMoe: this build of nvfp4moe has no NCCL"); }
+int NcclEpMoe::device_index() const { return 0; }
+void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, const ForwardOptions&) {}
 void NcclEpMoe::sync_errors() {}
 
 }  // namespace nvfp4moe

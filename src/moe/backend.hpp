@@ -1,8 +1,8 @@
-// The interface every backend implements behind nvfp4moe::Moe.
+// The interface every backend implements behind nvfp4moe::Moe, and the
+// device side of MoeLayer::forward_host.
 #pragma once
 
 #include <memory>
-#include <vector>
 
 #include "nvfp4moe/moe.hpp"
 
@@ -13,15 +13,9 @@ class MoeBackendImpl {
   virtual ~MoeBackendImpl() = default;
   virtual const MoeConfig& config() const = 0;
   virtual Backend kind() const = 0;
+  virtual int device_index() const = 0;
   virtual void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
-                       void* stream) = 0;
-  // x [T, H] f32 host; returns y [T, H] f32 (values of the BF16 output).
-  virtual std::vector<float> forward_host(const std::vector<float>& x, int64_t tokens,
-                                          const std::vector<int32_t>* topk_ids,
-                                          const std::vector<float>* topk_weights,
-                                          const std::vector<int32_t>* token_ids,
-                                          std::vector<int32_t>* topk_ids_out,
-                                          std::vector<float>* topk_weights_out) = 0;
+                       const ForwardOptions& options) = 0;
   virtual void sync_errors() = 0;
 };
 
@@ -31,5 +25,10 @@ std::unique_ptr<MoeBackendImpl> make_cpu_backend(MoeWeights weights, const MoeOp
 std::unique_ptr<MoeBackendImpl> make_cuda_backend(MoeWeights weights, const MoeOptions& options);
 // Number of CUDA devices (0 without CUDA or without a device).
 int cuda_device_count();
+
+// forward_host of a layer on a CUDA device (src/cuda/backend/host_forward.cpp):
+// the batch (sizes checked by the caller) to device buffers, layer.forward on
+// a stream of its own, the outputs back into `result`, then sync_errors().
+void cuda_forward_host(MoeLayer& layer, const HostBatch& batch, HostResult& result);
 
 }  // namespace nvfp4moe

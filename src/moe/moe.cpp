@@ -37,20 +37,12 @@ Moe& Moe::operator=(Moe&&) noexcept = default;
 
 const MoeConfig& Moe::config() const { return impl_->config(); }
 Backend Moe::backend() const { return impl_->kind(); }
+DeviceKind Moe::device() const { return impl_->kind() == Backend::Cpu ? DeviceKind::Cpu : DeviceKind::Cuda; }
+int Moe::device_index() const { return impl_->device_index(); }
 
 void Moe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
-                  void* stream) {
-  impl_->forward(x, routing, out, stream);
-}
-
-std::vector<float> Moe::forward_host(const std::vector<float>& x, int64_t tokens,
-                                     const std::vector<int32_t>* topk_ids,
-                                     const std::vector<float>* topk_weights,
-                                     const std::vector<int32_t>* token_ids,
-                                     std::vector<int32_t>* topk_ids_out,
-                                     std::vector<float>* topk_weights_out) {
-  return impl_->forward_host(x, tokens, topk_ids, topk_weights, token_ids, topk_ids_out,
-                             topk_weights_out);
+                  const ForwardOptions& options) {
+  impl_->forward(x, routing, out, options);
 }
 
 void Moe::sync_errors() { impl_->sync_errors(); }
@@ -60,6 +52,9 @@ std::unique_ptr<MoeBackendImpl> make_cuda_backend(MoeWeights, const MoeOptions&)
   NVFP4_FAIL("this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
 }
 int cuda_device_count() { return 0; }
+void cuda_forward_host(MoeLayer&, const HostBatch&, HostResult&) {
+  NVFP4_FAIL("this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
+}
 #endif
 
 }  // namespace nvfp4moe

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/parallel.hpp"
+#include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -23,18 +24,14 @@ namespace {
 // Tensor tags: part of every row's stream key.
 enum Tag : uint64_t { kW1 = 1, kW3, kW2, kGate, kBias, kSharedW1, kSharedW3, kSharedW2, kTid2eid, kInput, kScales };
 
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t z) { return splitmix64_mix(z); }
 
 // One row's stream: splitmix64 keyed by (seed, tag, expert, row).
 struct RowStream {
-  uint64_t s;
+  SplitMix64 g;
   RowStream(uint64_t seed, uint64_t tag, int64_t expert, int64_t row)
-      : s(mix64(mix64(mix64(seed ^ (tag * 0x9e3779b97f4a7c15ull)) + uint64_t(expert)) + uint64_t(row))) {}
-  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
+      : g{mix64(mix64(mix64(seed ^ (tag * kSplitMixGamma)) + uint64_t(expert)) + uint64_t(row))} {}
+  uint64_t next() { return g.next(); }
   // ~N(0, 1): Irwin-Hall of four 16-bit uniforms, mean 2, variance 1/3.
   float normal() {
     uint64_t r = next();
@@ -95,9 +92,49 @@ std::vector<float> synthetic_hidden_states(const MoeConfig& cfg, uint64_t seed, 
   return x;
 }
 
+// Router: gate ~N(0, 1/H), bias uniform in [-0.05, 0.05); on a hash-routed
+// layer k distinct experts per token id (rejection of repeats; k <= E).
+static RouterWeights synthetic_router(const MoeConfig& cfg, uint64_t seed) {
+  const int64_t H = cfg.hidden, E = cfg.experts, k = cfg.top_k;
+  RouterWeights r;
+  r.gate.resize(size_t(E * H));
+  fill_rows(r.gate.data(), E, H, 1.0f / std::sqrt(float(H)), seed, kGate, 0);
+  r.bias.resize(size_t(E));
+  RowStream bias(seed, kBias, 0, 0);
+  for (auto& b : r.bias) b = 0.1f * bias.uniform() - 0.05f;
+  if (!cfg.hash_routed) return r;
+  r.vocab = kSyntheticVocab;
+  r.tid2eid.resize(size_t(kSyntheticVocab * k));
+  for (int64_t v = 0; v < kSyntheticVocab; ++v) {
+    RowStream rs(seed, kTid2eid, 0, v);
+    int32_t* row = r.tid2eid.data() + v * k;
+    for (int64_t j = 0; j < k;) {
+      const int32_t id = int32_t(rs.next() % uint64_t(E));
+      bool seen = false;
+      for (int64_t i = 0; i < j; ++i) seen |= row[i] == id;
+      if (!seen) row[j++] = id;
+    }
+  }
+  return r;
+}
+
+// Shared expert: unquantized BF16, ~N(0, 1/fan_in).
+static SharedExpertWeights synthetic_shared_expert(const MoeConfig& cfg, uint64_t seed) {
+  const int64_t H = cfg.hidden, Is = cfg.shared_inter();
+  SharedExpertWeights sh;
+  std::vector<float> t(static_cast<size_t>(Is * H));
+  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW1, 0);
+  sh.w1 = to_bf16(t);
+  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW3, 0);
+  sh.w3 = to_bf16(t);
+  fill_rows(t.data(), H, Is, 1.0f / std::sqrt(float(Is)), seed, kSharedW2, 0);
+  sh.w2 = to_bf16(t);
+  return sh;
+}
+
 MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense) {
   cfg.validate();
-  const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.experts, k = cfg.top_k;
+  const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.experts;
   MoeWeights w;
   w.config = cfg;
   ExpertWeights& x = w.experts;
@@ -144,39 +181,8 @@ MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDens
     }
   }
 
-  // Router: gate ~N(0, 1/H), bias uniform in [-0.05, 0.05).
-  w.router.gate.resize(size_t(E * H));
-  fill_rows(w.router.gate.data(), E, H, 1.0f / std::sqrt(float(H)), seed, kGate, 0);
-  w.router.bias.resize(size_t(E));
-  RowStream bias(seed, kBias, 0, 0);
-  for (auto& b : w.router.bias) b = 0.1f * bias.uniform() - 0.05f;
-  if (cfg.hash_routed) {
-    // k distinct experts per token id (rejection of repeats; k <= E).
-    w.router.vocab = kSyntheticVocab;
-    w.router.tid2eid.resize(size_t(kSyntheticVocab * k));
-    for (int64_t v = 0; v < kSyntheticVocab; ++v) {
-      RowStream rs(seed, kTid2eid, 0, v);
-      int32_t* row = w.router.tid2eid.data() + v * k;
-      for (int64_t j = 0; j < k;) {
-        const int32_t id = int32_t(rs.next() % uint64_t(E));
-        bool seen = false;
-        for (int64_t i = 0; i < j; ++i) seen |= row[i] == id;
-        if (!seen) row[j++] = id;
-      }
-    }
-  }
-
-  // Shared expert: unquantized BF16.
-  if (cfg.shared_experts > 0) {
-    const int64_t Is = cfg.shared_inter();
-    std::vector<float> t(static_cast<size_t>(Is * H));
-    fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW1, 0);
-    w.shared.w1 = to_bf16(t);
-    fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW3, 0);
-    w.shared.w3 = to_bf16(t);
-    fill_rows(t.data(), H, Is, 1.0f / std::sqrt(float(Is)), seed, kSharedW2, 0);
-    w.shared.w2 = to_bf16(t);
-  }
+  w.router = synthetic_router(cfg, seed);
+  if (cfg.shared_experts > 0) w.shared = synthetic_shared_expert(cfg, seed);
   return w;
 }
 

@@ -3,7 +3,7 @@
 // library's writer would never produce).
 #pragma once
 
-#include "common/test_util.hpp"  // EXPECT_ERROR_CONTAINS
+#include "support/test_util.hpp"  // EXPECT_ERROR_CONTAINS
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
+#include "support/test_util.hpp"
 #include "cpu/shared_fp8_util.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"

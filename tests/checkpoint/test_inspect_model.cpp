@@ -13,7 +13,7 @@
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/model_fixture.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe {
 namespace {

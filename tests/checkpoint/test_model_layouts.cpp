@@ -12,8 +12,8 @@
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/model_fixture.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
+#include "support/test_util.hpp"
+#include "support/moe_reference_f64.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -86,10 +86,11 @@ TEST_F(ModelLayouts, BothLayoutsRunToIdenticalOutputsOnTheCpu) {
   for (int L = 0; L < FixtureModel::kLayers; ++L) {
     SCOPED_TRACE("layer " + std::to_string(L));
     Moe ma(load_moe_layer(ModelDir(a()), L), MoeOptions{}), mb(load_moe_layer(ModelDir(b()), L), MoeOptions{});
-    std::vector<int32_t> ids_a, ids_b;
-    std::vector<float> wa, wb;
-    const std::vector<float> ya = ma.forward_host(x, T, nullptr, nullptr, &tokens, &ids_a, &wa);
-    const std::vector<float> yb = mb.forward_host(x, T, nullptr, nullptr, &tokens, &ids_b, &wb);
+    HostBatch batch{x, T};
+    batch.token_ids = std::span<const int32_t>(tokens);
+    const HostResult ra = ma.forward_host(batch), rb = mb.forward_host(batch);
+    const std::vector<int32_t>&ids_a = ra.topk_ids, &ids_b = rb.topk_ids;
+    const std::vector<float>&wa = ra.topk_weights, &wb = rb.topk_weights, &ya = ra.y, &yb = rb.y;
     EXPECT_EQ(ids_a, ids_b);
     EXPECT_EQ(wa, wb);
     ASSERT_EQ(ya.size(), yb.size());

@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/model_fixture.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
+#include "support/test_util.hpp"
 #include "cpu/shared_fp8_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"

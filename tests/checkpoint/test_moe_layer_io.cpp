@@ -8,10 +8,10 @@
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "checkpoint/checkpoint_files.hpp"
-#include "common/test_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe {
 namespace {

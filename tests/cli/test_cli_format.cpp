@@ -12,9 +12,9 @@
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "common/json.hpp"
-#include "common/test_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe {
 namespace {

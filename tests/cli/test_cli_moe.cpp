@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.hpp"
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {
@@ -86,7 +86,7 @@ TEST(CliRun, OutputMatchesReferenceAndApiAndEpRanks) {
   expect_same_selection(loaded.config, reference_router_f64(loaded, x, T), ids, wts, T);
   // Same bits as the in-process API.
   Moe moe(loaded, MoeOptions{});
-  EXPECT_EQ(moe.forward_host(x, T), out);
+  EXPECT_EQ(moe.forward_host({.x = x, .tokens = T}).y, out);
 
   // --ep 4: same bits.
   r = run_cli(base + " --ep 4 --threads 1 --output " + (dir / "y4.safetensors"), dir);
@@ -192,7 +192,7 @@ TEST(CliRun, StaticInputScalesUseTheCheckpointsInputScale) {
   const MoeWeights loaded = load_moe_layer(ModelDir(dir.path() + "/model"), 4, lo);
   ASSERT_EQ(loaded.config.l1_input, InputScaleMode::Static);
   Moe moe(loaded, MoeOptions{});
-  EXPECT_EQ(moe.forward_host(x, T), ys);
+  EXPECT_EQ(moe.forward_host({.x = x, .tokens = T}).y, ys);
   SafetensorsFile y(dir / "ys.safetensors");
   std::vector<int32_t> ids(static_cast<size_t>(T * 2));
   std::vector<float> wts(static_cast<size_t>(T * 2));

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/test_util.hpp"
+#include "support/test_util.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
 

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <vector>
 
-#include "common/test_util.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_moe.hpp"
-#include "cpu/router_math.hpp"
+#include "moe/router_math.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {

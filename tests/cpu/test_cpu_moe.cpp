@@ -1,4 +1,4 @@
-// The CPU backend against the FP64 evaluation of spec section 5, on fresh
+// The CPU backend against the FP64 evaluation of docs/numerics.md §5, on fresh
 // random inputs: several geometries, T from 1 to 512, every routing mode.
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {
@@ -284,7 +284,7 @@ TEST(CpuMoe, Bf16InputAndInt64IdsAndThreadCountsAgreeBitwise) {
 TEST(CpuMoe, ZeroTokensIsANoOp) {
   MoeConfig c = small_config(64, 32, 8, 2);
   Moe moe(make_synthetic_moe(c, 1), MoeOptions{});
-  EXPECT_TRUE(moe.forward_host({}, 0).empty());
+  EXPECT_TRUE(moe.forward_host({.x = {}, .tokens = 0}).y.empty());
 }
 
 TEST(CpuMoe, ForwardHostMatchesForward) {
@@ -294,9 +294,10 @@ TEST(CpuMoe, ForwardHostMatchesForward) {
   const int64_t T = 9;
   const std::vector<float> x = random_hidden(rng, T, c.hidden);
   Moe moe(w, MoeOptions{});
-  std::vector<int32_t> ids;
-  std::vector<float> wts;
-  const std::vector<float> y = moe.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
+  const HostResult h = moe.forward_host({.x = x, .tokens = T});
+  const std::vector<float>& y = h.y;
+  const std::vector<int32_t>& ids = h.topk_ids;
+  const std::vector<float>& wts = h.topk_weights;
   const ForwardRun r = run_forward(moe, x, T);
   EXPECT_EQ(y, r.y);
   EXPECT_EQ(ids, r.ids);

@@ -1,4 +1,4 @@
-// Bad input to the CPU MoE (spec section 6): each case throws before any work
+// Bad input to the CPU MoE (docs/numerics.md §6): each case throws before any work
 // with a message naming the argument and the offending values, and leaves the
 // output untouched.
 #include <gtest/gtest.h>
@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "common/test_util.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {

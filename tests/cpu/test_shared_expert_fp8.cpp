@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/test_util.hpp"
+#include "support/test_util.hpp"
 #include "cpu/cpu_moe.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
 #include "cpu/shared_fp8_util.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -87,17 +87,12 @@ TEST(SharedExpertFp8, WholeMoeForwardWithAnFp8SharedExpert) {
   const int64_t T = 7;
   const std::vector<float> x = test::random_hidden(rng, T, kH);
   Moe m8(w8, MoeOptions{}), m16(w16, MoeOptions{});
-  std::vector<int32_t> ids8, ids16;
-  const std::vector<float> y8 = m8.forward_host(x, T, nullptr, nullptr, nullptr, &ids8);
-  const std::vector<float> y16 = m16.forward_host(x, T, nullptr, nullptr, nullptr, &ids16);
-  EXPECT_EQ(ids8, ids16);
-  EXPECT_EQ(y8, y16);
+  const HostResult r8 = m8.forward_host(HostBatch{x, T}), r16 = m16.forward_host(HostBatch{x, T});
+  EXPECT_EQ(r8.topk_ids, r16.topk_ids);
+  EXPECT_EQ(r8.y, r16.y);
   // And the whole layer is within the contract's tolerance of the FP64 evaluation.
-  std::vector<float> wts;
-  const std::vector<float> y = m8.forward_host(x, T, nullptr, nullptr, nullptr, &ids8, &wts);
-  std::vector<uint8_t> near;
-  const std::vector<double> ref = test::reference_moe_f64(w8, x, T, ids8, wts, &near);
-  EXPECT_LT(test::rel_l2(y, ref), 1e-2);
+  const std::vector<double> ref = test::reference_moe_f64(w8, x, T, r8.topk_ids, r8.topk_weights);
+  EXPECT_LT(test::rel_l2(r8.y, ref), 1e-2);
 }
 
 TEST(SharedExpertFp8, MalformedWeightsNameTheFieldAndValues) {

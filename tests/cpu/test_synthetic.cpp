@@ -6,10 +6,10 @@
 #include <set>
 #include <vector>
 
-#include "common/test_util.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {

@@ -1,17 +1,17 @@
-// Expert parallelism on the CPU (spec section 6): R logical ranks must give
+// Expert parallelism on the CPU (docs/numerics.md §6): R logical ranks must give
 // what one rank gives, whatever the routing; capacity and bad ids are errors.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "common/test_util.hpp"
-#include "cpu/moe_reference_f64.hpp"
-#include "cpu/moe_test_util.hpp"
 #include "ep/cpu_ep_plan.hpp"
 #include "nvfp4moe/ep.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/moe_reference_f64.hpp"
+#include "support/moe_test_util.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::test {
 namespace {
@@ -52,28 +52,24 @@ TEST(CpuEp, AnyRankCountEqualsOneRankBitwise) {
   const int64_t T = 37;  // not a multiple of R: uneven chunks, some empty at R=8 for small T
   const std::vector<float> x = random_hidden(rng, T, c.hidden);
   Moe single(w, MoeOptions{});
-  std::vector<int32_t> ids1;
-  std::vector<float> w1;
-  const std::vector<float> y1 = single.forward_host(x, T, nullptr, nullptr, nullptr, &ids1, &w1);
+  const HostResult one = single.forward_host({.x = x, .tokens = T});
   for (int R : {1, 2, 4, 8}) {
     SCOPED_TRACE(::testing::Message() << "R=" << R);
     CpuEpMoe ep(w, R);
-    std::vector<int32_t> ids;
-    std::vector<float> wts;
-    const std::vector<float> y = ep.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
-    EXPECT_EQ(ids, ids1) << "selection must be identical";
-    EXPECT_EQ(wts, w1);
-    EXPECT_EQ(y, y1) << "R ranks must give the bits of one rank";
+    const HostResult r = ep.forward_host({.x = x, .tokens = T});
+    EXPECT_EQ(r.topk_ids, one.topk_ids) << "selection must be identical";
+    EXPECT_EQ(r.topk_weights, one.topk_weights);
+    EXPECT_EQ(r.y, one.y) << "R ranks must give the bits of one rank";
     int64_t received = 0;
     for (int64_t n : ep.last_stats().received) received += n;
     EXPECT_EQ(received, T * c.top_k);
   }
   // And the FP64 evaluation agrees with all of them.
-  EXPECT_LE(rel_l2(y1, reference_moe_f64(w, x, T, ids1, w1)), 1e-2);
+  EXPECT_LE(rel_l2(one.y, reference_moe_f64(w, x, T, one.topk_ids, one.topk_weights)), 1e-2);
   // A few tokens only: ranks without tokens still compute for others.
   CpuEpMoe ep8(w, 8);
   const std::vector<float> x3(x.begin(), x.begin() + 3 * c.hidden);
-  EXPECT_EQ(ep8.forward_host(x3, 3), single.forward_host(x3, 3));
+  EXPECT_EQ(ep8.forward_host({.x = x3, .tokens = 3}).y, single.forward_host({.x = x3, .tokens = 3}).y);
 }
 
 TEST(CpuEp, CallerRoutingWithMinusOneAndSkewToOneRank) {
@@ -93,11 +89,11 @@ TEST(CpuEp, CallerRoutingWithMinusOneAndSkewToOneRank) {
   }
   for (int64_t j = 0; j < k; ++j) ids[size_t(j)] = -1;
   Moe single(w, MoeOptions{});
-  const std::vector<float> y1 = single.forward_host(x, T, &ids, &wts);
+  const std::vector<float> y1 = single.forward_host({.x = x, .tokens = T, .topk_ids = ids, .topk_weights = wts}).y;
   int64_t routed = 0;
   for (int32_t id : ids) routed += id >= 0;
   CpuEpMoe ep(w, 4);
-  EXPECT_EQ(ep.forward_host(x, T, &ids, &wts), y1);
+  EXPECT_EQ(ep.forward_host({.x = x, .tokens = T, .topk_ids = ids, .topk_weights = wts}).y, y1);
   const CpuEpStats& st = ep.last_stats();
   EXPECT_EQ(st.received, (std::vector<int64_t>{0, 0, 0, routed})) << "all pairs land on rank 3";
   EXPECT_EQ(st.tokens, (std::vector<int64_t>{10, 10, 10, 10}));
@@ -117,10 +113,10 @@ TEST(CpuEp, HashRoutedAndStaticScalesMatchOneRank) {
   std::vector<int32_t> tok(static_cast<size_t>(T));
   for (auto& t : tok) t = int32_t(rng.below(kSyntheticVocab));
   Moe single(w, MoeOptions{});
-  const std::vector<float> y1 = single.forward_host(x, T, nullptr, nullptr, &tok);
+  const std::vector<float> y1 = single.forward_host({.x = x, .tokens = T, .token_ids = tok}).y;
   for (int R : {2, 8}) {
     CpuEpMoe ep(w, R);
-    EXPECT_EQ(ep.forward_host(x, T, nullptr, nullptr, &tok), y1) << "R=" << R;
+    EXPECT_EQ(ep.forward_host({.x = x, .tokens = T, .token_ids = tok}).y, y1) << "R=" << R;
   }
 }
 
@@ -134,12 +130,12 @@ TEST(CpuEp, CapacityOverflowIsAnErrorNamingRankCountAndCapacity) {
   CpuEpOptions opt;
   opt.recv_capacity = 19;
   CpuEpMoe ep(w, 2, opt);
-  const std::string msg = error_of([&] { ep.forward_host(x, T, &ids, &wts); });
+  const std::string msg = error_of([&] { ep.forward_host({.x = x, .tokens = T, .topk_ids = ids, .topk_weights = wts}); });
   EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("receive 20"), std::string::npos) << msg;
   EXPECT_NE(msg.find("capacity 19"), std::string::npos) << msg;
   ids[0] = -1;  // 19 pairs fit exactly
-  EXPECT_NO_THROW(ep.forward_host(x, T, &ids, &wts));
+  EXPECT_NO_THROW(ep.forward_host({.x = x, .tokens = T, .topk_ids = ids, .topk_weights = wts}).y);
 }
 
 TEST(CpuEp, BadConfigurationsAndIds) {
@@ -153,7 +149,7 @@ TEST(CpuEp, BadConfigurationsAndIds) {
   std::vector<float> x(static_cast<size_t>(3 * c.hidden), 0.1f);
   std::vector<int32_t> ids = {0, 1, 2, 3, 12, 5};
   std::vector<float> wts(6, 1.0f);
-  const std::string bad = error_of([&] { ep.forward_host(x, 3, &ids, &wts); });
+  const std::string bad = error_of([&] { ep.forward_host({.x = x, .tokens = 3, .topk_ids = ids, .topk_weights = wts}); });
   EXPECT_NE(bad.find("token 2 slot 0 has expert id 12"), std::string::npos) << bad;
 }
 
@@ -168,12 +164,13 @@ TEST(CpuEp, ManyTokensMatchTheBackendsPassesBitwise) {
   const int64_t T = 2100;
   const std::vector<float> x = random_hidden(rng, T, c.hidden);
   Moe single(w, MoeOptions{});
-  std::vector<int32_t> ids;
-  std::vector<float> wts;
-  const std::vector<float> y = single.forward_host(x, T, nullptr, nullptr, nullptr, &ids, &wts);
+  const HostResult one = single.forward_host({.x = x, .tokens = T});
+  const std::vector<float>& y = one.y;
+  const std::vector<int32_t>& ids = one.topk_ids;
+  const std::vector<float>& wts = one.topk_weights;
   CpuEpMoe ep1(w, 1), ep2(w, 2);
-  EXPECT_EQ(ep1.forward_host(x, T), y);
-  EXPECT_EQ(ep2.forward_host(x, T), y);
+  EXPECT_EQ(ep1.forward_host({.x = x, .tokens = T}).y, y);
+  EXPECT_EQ(ep2.forward_host({.x = x, .tokens = T}).y, y);
   EXPECT_LE(rel_l2(y, reference_moe_f64(w, x, T, ids, wts)), 1e-2);
 }
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/block_scale_cases.hpp"
-#include "common/test_util.hpp"
 #include "format/nvfp4_codec.hpp"
+#include "support/block_scale_cases.hpp"
+#include "support/test_util.hpp"
 
 namespace nvfp4moe::fmt {
 namespace {

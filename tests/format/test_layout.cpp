@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "common/test_util.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/test_util.hpp"
 
 using namespace nvfp4moe;
 

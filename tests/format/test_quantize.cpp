@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "common/test_util.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/test_util.hpp"
 
 using namespace nvfp4moe;
 using nvfp4moe::test::Rng;

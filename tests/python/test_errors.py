@@ -1,4 +1,4 @@
-"""Every bad input of spec section 6 that the Python API can receive raises
+"""Every bad input of docs/numerics.md §6 that the Python API can receive raises
 nvfp4moe.Error (a ValueError) whose message names the problem."""
 
 import numpy as np

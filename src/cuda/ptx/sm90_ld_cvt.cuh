@@ -1,5 +1,5 @@
 // One-instruction PTX wrappers of the register-direct decode GEMM
-// (sm90_nvfp4_mma_gemm): streaming and read-only global loads, and the FP8
+// (sm90_nvfp4_decode_gemm): streaming and read-only global loads, and the FP8
 // pair conversion. (mma.sync and the BF16 multiply live in
 // sm80_mma_cp_async.cuh.)
 #pragma once

@@ -1,0 +1,432 @@
+// nvfp4moe_routed_bench: the routed-expert path of a DeepSeek-V4-Pro MoE
+// layer (H=7168, I=3072, top-6) on one H200, stage by stage and as one CUDA
+// graph, through the backend's own RoutedExperts:
+//
+//   group_pairs -> stage x -> gate/up + SwiGLU -> requantize h -> down x w_j -> combine
+//
+// Side by side: the reference kernels (group_pairs_ref, the reference
+// staging, grouped_gemm_ref) and a sweep of the GEMM kernels'
+// configurations on the same plans. Ceilings are measured in the same run:
+// HBM read bandwidth, device copy bandwidth and BF16 dense peak. Roofline of
+// the GEMMs: max(bytes of the touched experts' codes + scales / read BW,
+// 2 * pairs * 3 * H * I / BF16 peak).
+//
+// Weights and inputs are random bytes made on the device (timing does not
+// depend on values; the GPU tests check the numbers). Usage:
+//   nvfp4moe_routed_bench [--experts 48,384] [--tokens 1,8,64,512,2048,4096,8192]
+//                         [--reps N] [--json FILE] [--no-simple]
+// EP8 is the 48 experts of one rank of eight, EP1 all 384.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/bench_ceilings.hpp"
+#include "common/splitmix.hpp"
+#include "cuda/backend/routed_experts.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/error_word.hpp"
+#include "cuda/kernels/combine.hpp"
+#include "cuda/kernels/grouping.hpp"
+#include "cuda/kernels/ref/grouped_gemm_ref.hpp"
+#include "cuda/kernels/ref/grouping_ref.hpp"
+#include "cuda/kernels/ref/staging_ref.hpp"
+#include "cuda/kernels/sm90_nvfp4_decode_gemm.hpp"
+#include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
+#include "nvfp4moe/moe.hpp"
+
+using namespace nvfp4moe;
+using namespace nvfp4moe::cuda;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr int64_t kH = 7168, kI = 3072, kTopK = 6;
+
+// Random bytes; span > 0 keeps them in [lo, lo + span) (scale bytes of sane size).
+__global__ void fill_bytes(uint8_t* p, size_t n, uint64_t seed, int lo, int span) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64_mix(seed + i * kSplitMixGamma);
+    p[i] = span > 0 ? uint8_t(lo + int(r % uint64_t(span))) : uint8_t(r);
+  }
+}
+
+__global__ void fill_bf16(bf16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64_mix(seed + i * kSplitMixGamma);
+    p[i] = __float2bfloat16(float(int64_t(r % 2001) - 1000) * 0.004f);
+  }
+}
+
+void fill(uint8_t* p, size_t n, uint64_t seed, int lo = 0, int span = 0) {
+  fill_bytes<<<2048, 256>>>(p, n, seed, lo, span);
+  NVFP4_CUDA_CHECK_LAUNCH("fill_bytes");
+}
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Options {
+  std::vector<int64_t> experts = {48, 384}, tokens = {1, 8, 64, 512, 2048, 4096, 8192};
+  int reps = 20;
+  bool simple = true;
+  const char* json = nullptr;
+};
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoll(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--experts" && i + 1 < argc) o.experts = parse_list(argv[++i]);
+    else if (a == "--tokens" && i + 1 < argc) o.tokens = parse_list(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) o.json = argv[++i];
+    else if (a == "--no-simple") o.simple = false;
+    else NVFP4_FAIL("nvfp4moe_routed_bench: unknown argument ", a);
+  }
+  return o;
+}
+
+struct Ceilings {
+  double read = 0, copy = 0, bf16 = 0;  // bytes/s, bytes/s, FLOP/s
+};
+
+MoeConfig pro_config(int64_t experts) {
+  MoeConfig c = dsv4_pro_config();
+  c.experts = experts;
+  c.shared_experts = 0;
+  return c;
+}
+
+// E experts' weights in the fragment layout as random code bytes and sane
+// scale bytes, made on the device (14 GB for 384 experts), global scales 1e-3.
+RoutedWeightsDevice random_device_weights(int64_t E) {
+  RoutedWeightsDevice w;
+  w.count = E;
+  w.hidden = kH;
+  w.inter = kI;
+  FragmentWeightsDevice* f[2] = {&w.w13_frag, &w.w2_frag};
+  const Projection p[2] = {Projection::GateUp, Projection::Down};
+  for (int i = 0; i < 2; ++i) {
+    f[i]->geometry = fragment_geometry(p[i], kH, kI);
+    f[i]->codes = DeviceBuffer<uint8_t>(size_t(E * f[i]->geometry.code_bytes_per_expert()));
+    f[i]->scales = DeviceBuffer<uint8_t>(size_t(E * f[i]->geometry.scale_bytes_per_expert()));
+    fill(f[i]->codes.get(), f[i]->codes.size(), 11 + 2 * i);
+    fill(f[i]->scales.get(), f[i]->scales.size(), 12 + 2 * i, 0x30, 0x20);
+  }
+  const std::vector<float> g13(size_t(2 * E), 1e-3f), g2(size_t(E), 1e-3f);
+  w.w13_global = DeviceBuffer<float>(g13.size());
+  w.w13_global.upload(g13.data(), g13.size());
+  w.w2_global = DeviceBuffer<float>(g2.size());
+  w.w2_global.upload(g2.data(), g2.size());
+  return w;
+}
+
+// Top-6 distinct experts per token, uniform; every weight 0.25.
+struct Routing {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  int64_t touched = 0;
+};
+Routing uniform_routing(int64_t T, int64_t E) {
+  SplitMix64 rng{uint64_t(T * 1000 + E)};
+  Routing r;
+  std::set<int32_t> touched;
+  for (int64_t t = 0; t < T; ++t) {
+    std::set<int32_t> pick;
+    while (int64_t(pick.size()) < kTopK) pick.insert(int32_t(rng.next() % uint64_t(E)));
+    for (int32_t e : pick) {
+      r.ids.push_back(e);
+      r.weights.push_back(0.25f);
+      touched.insert(e);
+    }
+  }
+  r.touched = int64_t(touched.size());
+  return r;
+}
+
+// The device side of one forward: routing, grouping, y_pair, y.
+struct Forward {
+  Forward(int64_t max_t, int64_t E)
+      : ids(size_t(max_t * kTopK)), ids_out(ids.size()), pair_of_pos(ids.size()), pos_of_pair(ids.size()),
+        expert_of_pos(ids.size()), offsets(size_t(E + 1)), num_tiles(1), wts(ids.size()),
+        tiles(size_t(max_gemm_tiles(max_t * kTopK, E, kGemmTileTokens))), err(kErrorWords),
+        x(size_t(max_t * kH)), y(size_t(max_t * kH)), y_pair(size_t(max_t * kTopK * kH)) {
+    NVFP4_CUDA_CHECK(cudaMemset(err.get(), 0, err.bytes()));
+    fill_bf16<<<2048, 256>>>(x.get(), x.size(), 7);
+    NVFP4_CUDA_CHECK_LAUNCH("fill_bf16");
+  }
+  DeviceBuffer<int32_t> ids, ids_out, pair_of_pos, pos_of_pair, expert_of_pos, offsets, num_tiles;
+  DeviceBuffer<float> wts;
+  DeviceBuffer<GemmTile> tiles;
+  DeviceBuffer<uint32_t> err;
+  DeviceBuffer<bf16> x, y;
+  DeviceBuffer<float> y_pair;
+
+  GroupingArgs grouping(int64_t T, int64_t E) {
+    return GroupingArgs{.topk_ids = ids.get(), .tokens = T, .top_k = int(kTopK), .experts = E, .local_experts = E,
+                        .tile_rows = kGemmTileTokens, .ids_out = ids_out.get(), .offsets = offsets.get(),
+                        .pair_of_pos = pair_of_pos.get(), .pos_of_pair = pos_of_pair.get(),
+                        .expert_of_pos = expert_of_pos.get(), .tiles = tiles.get(), .num_tiles = num_tiles.get(),
+                        .error_word = err.get()};
+  }
+  RoutedPairs pairs(int64_t T) {
+    return RoutedPairs{.pair_of_pos = pair_of_pos.get(), .top_k = int(kTopK), .expert_of_pos = expert_of_pos.get(),
+                       .offsets = offsets.get(), .tiles = tiles.get(), .num_tiles = num_tiles.get(),
+                       .pair_weights = wts.get(), .pairs_bound = T * kTopK};
+  }
+  CombineArgs combine(int64_t T) {
+    return CombineArgs{.y_pair = y_pair.get(), .pos_of_pair = pos_of_pair.get(), .tokens = T, .hidden = kH,
+                       .top_k = int(kTopK), .y = y.get()};
+  }
+};
+
+// The kernel run_expert_gemm picks for P live pairs, as the table names it.
+const char* chosen_kernel(const ExpertGemmChoice& c, int64_t P) {
+  static const char* names[] = {"simple", "decode", "split"};
+  return names[c.kind_for(P)];
+}
+
+// Every prefill tile width over all blocks (TokenBlocks::All), the four
+// Split launches together, and, where the decode kernel is in the running,
+// each of its configurations (L1+L2) and persistent grid sizes.
+std::string gemm_sweep(const RoutedExperts& routed, const RoutedExperts::Plan& p, int64_t P, int64_t E, int r) {
+  const FragmentWeights& m1 = *routed.fragments(Projection::GateUp);
+  const FragmentWeights& m2 = *routed.fragments(Projection::Down);
+  std::string sweep;
+  auto add = [&](const std::string& label, bool split_projections, auto run) {
+    const double a = median_time_us(std::max(3, r / 2), [&] { run(p.gate_up, m1); });
+    const double b = median_time_us(std::max(3, r / 2), [&] { run(p.down, m2); });
+    char buf[64];
+    if (split_projections)
+      std::snprintf(buf, sizeof buf, "%s%s:%.0f+%.0f", sweep.empty() ? "" : " ", label.c_str(), a, b);
+    else
+      std::snprintf(buf, sizeof buf, "%s%s:%.0f", sweep.empty() ? "" : " ", label.c_str(), a + b);
+    sweep += buf;
+  };
+  for (auto it = std::rbegin(kWgmmaWidths); it != std::rend(kWgmmaWidths); ++it) {  // narrowest first
+    const int bn = *it;
+    add("wgmma" + std::to_string(bn), false, [&](const GroupedGemmPlan& q, const FragmentWeights& m) {
+      sm90_nvfp4_prefill_gemm(q, m, Sm90PrefillGemmConfig{bn, 0}, nullptr);
+    });
+  }
+  add("split", false,
+      [](const GroupedGemmPlan& q, const FragmentWeights& m) { sm90_nvfp4_prefill_gemm_split(q, m, nullptr); });
+  if (P > 32 * E) return sweep;
+  for (const Sm90DecodeGemmConfig c : {Sm90DecodeGemmConfig{1, 1, 0}, Sm90DecodeGemmConfig{2, 1, 0},
+                                       Sm90DecodeGemmConfig{4, 1, 0}, Sm90DecodeGemmConfig{1, 2, 0},
+                                       Sm90DecodeGemmConfig{2, 2, 0}, Sm90DecodeGemmConfig{4, 2, 0}})
+    add(std::to_string(c.n_tiles) + "x" + std::to_string(c.m_tiles), true,
+        [&](const GroupedGemmPlan& q, const FragmentWeights& m) { sm90_nvfp4_decode_gemm(q, m, c, nullptr); });
+  for (int per_sm : {2, 3, 4, 5}) {
+    Sm90DecodeGemmConfig c = sm90_nvfp4_decode_gemm_config(P, E);
+    c.grid = 132 * per_sm;
+    const double a = median_time_us(std::max(3, r / 2), [&] { sm90_nvfp4_decode_gemm(p.gate_up, m1, c, nullptr); });
+    const double b = median_time_us(std::max(3, r / 2), [&] { sm90_nvfp4_decode_gemm(p.down, m2, c, nullptr); });
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " grid%d:%.0f", c.grid, a + b);
+    sweep += buf;
+  }
+  return sweep;
+}
+
+// The six stages of the routed path as one CUDA graph: its median time, and
+// with event nodes between the stages, where the graph's time goes.
+struct GraphTimes {
+  double whole = 0, stage[6] = {};
+};
+GraphTimes graph_times(const std::function<void()> (&stages)[6], cudaStream_t s, int r) {
+  std::vector<CudaEvent> marks(7);
+  auto capture = [&](bool with_marks) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    auto mark = [&](size_t i) {
+      if (with_marks) NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(marks[i].get(), s, cudaEventRecordExternal));
+    };
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (size_t i = 0; i < 6; ++i) {
+      mark(i);
+      stages[i]();
+    }
+    mark(6);
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
+    return exec;
+  };
+  GraphTimes g;
+  cudaGraphExec_t exec = capture(false);
+  g.whole = median_time_us(r, [&] { NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); });
+  NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  exec = capture(true);
+  std::vector<std::vector<double>> in_graph(6);
+  for (int rep = 0; rep <= r; ++rep) {  // rep 0: warm-up
+    NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, nullptr));
+    NVFP4_CUDA_CHECK(cudaEventSynchronize(marks[6].get()));
+    for (size_t i = 0; rep > 0 && i < 6; ++i) {
+      float ms = 0;
+      NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i].get(), marks[i + 1].get()));
+      in_graph[i].push_back(ms * 1e3);
+    }
+  }
+  NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  for (size_t i = 0; i < 6; ++i) g.stage[i] = median(in_graph[i]);
+  return g;
+}
+
+struct Row {
+  const char* ep = "";
+  int64_t E = 0, T = 0, P = 0, touched = 0;
+  const char* config = "";
+  double l1 = 0, l2 = 0, floor = 0, mem_floor = 0, comp_floor = 0, simple = 0;
+  double group = 0, fast_group = 0, quant = 0, fast_quant = 0, requant = 0, fast_requant = 0, combine = 0;
+  double l1_steady = 0, l2_steady = 0, stage_frac = 0;
+  GraphTimes graph;
+  std::string sweep;
+};
+
+void print_row(const Row& w, const Ceilings& c, FILE* js) {
+  const double gemm = w.l1 + w.l2;
+  std::printf("%-4s %6lld %7lld %5lld %-9s %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%% %6.0f%%\n",
+              w.ep, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2, gemm, w.floor,
+              100.0 * w.floor / gemm, w.simple, w.simple > 0 ? w.simple / gemm : 0.0, w.fast_quant, w.graph.whole,
+              100.0 * w.stage_frac, 100.0 * w.stage_frac * c.read / c.copy);
+  const double* g = w.graph.stage;
+  std::printf("     in the graph us: group %.1f stage %.1f L1 %.1f requant %.1f L2 %.1f combine %.1f | "
+              "back to back: L1 %.1f L2 %.1f\n", g[0], g[1], g[2], g[3], g[4], g[5], w.l1_steady, w.l2_steady);
+  std::printf("     stages us: group %.1f (fast %.1f) quant %.1f (fast %.1f) L1 %.1f requant %.1f (fast %.1f) L2 %.1f "
+              "combine %.1f | sweep (us; decode configurations L1+L2) %s\n", w.group, w.fast_group, w.quant,
+              w.fast_quant, w.l1, w.requant, w.fast_requant, w.l2, w.combine, w.sweep.c_str());
+  std::fflush(stdout);
+  if (!js) return;
+  std::fprintf(js,
+               "{\"kind\":\"ours\",\"ep\":\"%s\",\"experts\":%lld,\"T\":%lld,\"pairs\":%lld,\"touched\":%lld,"
+               "\"config\":\"%s\",\"l1_us\":%.2f,\"l2_us\":%.2f,\"gemm_us\":%.2f,\"floor_us\":%.2f,"
+               "\"mem_floor_us\":%.2f,\"comp_floor_us\":%.2f,\"simple_gemm_us\":%.2f,\"group_us\":%.2f,"
+               "\"quant_us\":%.2f,\"fast_quant_us\":%.2f,\"requant_us\":%.2f,\"fast_requant_us\":%.2f,"
+               "\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\"}\n",
+               w.ep, (long long)w.E, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2,
+               gemm, w.floor, w.mem_floor, w.comp_floor, w.simple, w.group, w.quant, w.fast_quant, w.requant,
+               w.fast_requant, w.combine, w.graph.whole, w.sweep.c_str());
+}
+
+// Tile-layout weights for the reference GEMM's column: random bytes, every
+// byte a sane scale (scale bytes sit inside each tile).
+struct TileWeights {
+  DeviceBuffer<uint8_t> w13, w2;
+};
+TileWeights random_tile_weights(int64_t E, bool wanted) {
+  TileWeights t;
+  if (!wanted) return t;
+  t.w13 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::GateUp, kH, kI).bytes_per_expert()));
+  t.w2 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::Down, kH, kI).bytes_per_expert()));
+  fill(t.w13.get(), t.w13.size(), 15, 0x30, 0x20);
+  fill(t.w2.get(), t.w2.size(), 16, 0x30, 0x20);
+  return t;
+}
+
+// One row of the table: T tokens routed uniformly over E experts.
+Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T, const Options& o,
+              const Ceilings& c) {
+  const int64_t P = T * kTopK;
+  const Routing routing = uniform_routing(T, E);
+  f.ids.upload(routing.ids.data(), routing.ids.size());
+  f.wts.upload(routing.weights.data(), routing.weights.size());
+  const GroupingArgs ga = f.grouping(T, E);
+  const RoutedExperts::Plan p =
+      routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), f.y_pair.get());
+  const CombineArgs ca = f.combine(T);
+  Row w{.ep = E == 48 ? "EP8" : (E == 384 ? "EP1" : "E?"), .E = E, .T = T, .P = P, .touched = routing.touched,
+        .config = chosen_kernel(p.gemm, P)};
+  group_pairs(ga, nullptr);
+  routed.stage(p, nullptr);
+  routed.gate_up(p, nullptr);
+  routed.requantize(p, nullptr);
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const int r = T >= 2048 ? std::max(3, o.reps / 4) : o.reps;
+  w.group = median_time_us(r, [&] { group_pairs_ref(ga, nullptr); });
+  w.fast_group = median_time_us(r, [&] { group_pairs(ga, nullptr); });
+  w.quant = median_time_us(r, [&] { quantize_activations_ref(p.stage_x, nullptr); });
+  w.fast_quant = median_time_us(r, [&] { routed.stage(p, nullptr); });
+  w.l1 = median_time_us(r, [&] { routed.gate_up(p, nullptr); });
+  w.requant = median_time_us(r, [&] { requantize_rows_ref(p.requant, nullptr); });
+  w.fast_requant = median_time_us(r, [&] { routed.requantize(p, nullptr); });
+  w.l2 = median_time_us(r, [&] { routed.down(p, nullptr); });
+  w.combine = median_time_us(r, [&] { combine_slots(ca, nullptr); });
+  w.sweep = gemm_sweep(routed, p, P, E, r);
+  if (o.simple) {
+    GroupedGemmPlan l1 = p.gate_up, l2 = p.down;
+    l1.weights = tiles.w13.get();
+    l2.weights = tiles.w2.get();
+    const int rs = std::max(3, r / 4);
+    w.simple = median_time_us(rs, [&] { grouped_gemm_ref(l1, nullptr); }) +
+               median_time_us(rs, [&] { grouped_gemm_ref(l2, nullptr); });
+  }
+  CudaStream cs;
+  const std::function<void()> stages[6] = {
+      [&] { group_pairs(ga, cs.get()); },        [&] { routed.stage(p, cs.get()); },
+      [&] { routed.gate_up(p, cs.get()); },      [&] { routed.requantize(p, cs.get()); },
+      [&] { routed.down(p, cs.get()); },         [&] { combine_slots(ca, cs.get()); }};
+  w.graph = graph_times(stages, cs.get(), r);
+  // L1 and L2 launched back to back, 4 of each per timing (no host wait between launches, as in a graph
+  // replay), per launch: whether the GEMMs slow down under sustained load or only inside the graph.
+  w.l1_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.gate_up(p, nullptr); }) / 4;
+  w.l2_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.down(p, nullptr); }) / 4;
+
+  const double bytes = double(routing.touched) * (2.0 * kI * kH + double(kH) * kI) * 0.5625;
+  w.mem_floor = bytes / c.read * 1e6;
+  w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / c.bf16 * 1e6;
+  w.floor = std::max(w.mem_floor, w.comp_floor);
+  const double ld = double(p.stage_x.deq_ld);
+  const double stage_bytes = double(T) * kH * 2 + double(T) * ld * 2 + 4.0 * T;
+  w.stage_frac = stage_bytes / c.read * 1e6 / w.fast_quant;
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  FILE* js = o.json ? std::fopen(o.json, "w") : nullptr;
+  const Ceilings c{measure_read_bandwidth(int64_t(4) << 30, 10), measure_copy_bandwidth(int64_t(256) << 20, 10),
+                   measure_bf16_gemm_flops(8192, 8192, 8192, 10)};
+  std::printf("ceilings: HBM read %.2f TB/s, copy (read + write) %.2f TB/s, BF16 dense %.0f TFLOP/s\n", c.read * 1e-12,
+              c.copy * 1e-12, c.bf16 * 1e-12);
+  if (js)
+    std::fprintf(js, "{\"kind\":\"ceilings\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,\"bf16_tflops\":%.1f}\n",
+                 c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12);
+  const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
+  std::printf("\n%-4s %6s %7s %5s %-9s %9s %9s %9s %9s %7s %9s %8s %9s %9s %7s %7s\n", "EP", "T", "pairs", "exps",
+              "config", "L1 us", "L2 us", "GEMM us", "floor us", "frac", "simple us", "speedup", "stage us",
+              "graph us", "stageBW", "vs copy");
+  for (const int64_t E : o.experts) {
+    const MoeConfig cfg = pro_config(E);
+    RoutedExperts routed(random_device_weights(E), cfg,
+                         RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * kTopK}, RoutedKernels::Fast,
+                         0.0f);
+    const TileWeights tiles = random_tile_weights(E, o.simple);
+    Forward f(max_t, E);
+    for (const int64_t T : o.tokens) print_row(bench_row(routed, tiles, f, E, T, o, c), c, js);
+  }
+  if (js) std::fclose(js);
+  return 0;
+}

@@ -1,0 +1,110 @@
+// run_expert_gemm (see the header).
+#include "cuda/backend/expert_gemm.hpp"
+#include "cuda/kernels/ref/grouped_gemm_ref.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int64_t kDecodeMaxPerExpert = 16;
+// NOTES (measured on the H200): above it the Split launches everywhere.
+// A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
+// slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
+// uniform: Split runs those experts' blocks 32 or 64 wide, never wider.
+
+}  // namespace
+
+ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has_fragment, bool decode_supported,
+                                    const char* forced) {
+  NVFP4_CHECK(local > 0, "choose_expert_gemm: local_experts must be positive, got ", local);
+  using C = ExpertGemmCandidate;
+  const int64_t all = std::max<int64_t>(0, pairs_bound);
+  ExpertGemmChoice out;
+  bool decode = has_fragment && decode_supported;
+  if (forced && *forced) {
+    NVFP4_CHECK(std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "decode") == 0, "NVFP4MOE_GEMM=", forced,
+                ": expected decode or wgmma");
+    if (std::strcmp(forced, "wgmma") == 0) decode = false;
+  }
+  if (!has_fragment) {
+    out.candidates[out.count++] = C{C::Simple, -1, all};
+    return out;
+  }
+  if (forced && std::strcmp(forced, "decode") == 0 && decode) {
+    out.candidates[out.count++] = C{C::Decode, -1, all};
+    return out;
+  }
+  const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
+  const C ranges[2] = {{C::Decode, -1, decode_max}, {C::Wgmma, decode_max, all}};
+  for (const C& c : ranges) {
+    const int64_t hi = std::min(c.at_most, all);
+    if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
+  }
+  return out;
+}
+
+void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_prefill_gemm_prepare(local_experts); }
+
+OperandOrder ExpertGemmChoice::operand_order(const int32_t* live_pairs) const {
+  // k-slot order exactly where the wgmma candidate runs (the top range).
+  OperandOrder o;  // logical
+  for (int i = 0; i < count; ++i) {
+    const ExpertGemmCandidate::Kind k = candidates[i].kind;
+    if (k != ExpertGemmCandidate::Wgmma) continue;
+    o.kslot_above = int32_t(candidates[i].above);
+    o.live_pairs = count > 1 ? live_pairs : nullptr;  // one candidate: no count needed
+    break;
+  }
+  return o;
+}
+
+ExpertGemmCandidate::Kind ExpertGemmChoice::kind_for(int64_t live) const {
+  for (int i = 0; i < count; ++i)
+    if (candidates[i].above < live && live <= candidates[i].at_most) return candidates[i].kind;
+  NVFP4_FAIL("ExpertGemmChoice: no candidate for ", live, " live pairs");
+}
+
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const FragmentWeights* gate_up,
+                                    const FragmentWeights* down) {
+  NVFP4_CHECK(!gate_up == !down, "expert_gemm_choice: both projections or neither in the fragment layout");
+  const bool decode = gate_up && sm90_nvfp4_decode_fits(gate_up->geometry, down->geometry);
+  return choose_expert_gemm(local_experts, pairs_bound, gate_up != nullptr, decode, std::getenv("NVFP4MOE_GEMM"));
+}
+
+void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragment, const ExpertGemmChoice& choice,
+                     cudaStream_t stream) {
+  NVFP4_CHECK(plan.offsets && plan.local_experts > 0, "run_expert_gemm: plan.offsets and local_experts are required");
+  NVFP4_CHECK(fragment || choice.count == 0 || choice.candidates[0].kind == ExpertGemmCandidate::Simple,
+              "run_expert_gemm: the choice needs the fragment-layout weights");
+  const int64_t local = plan.local_experts;
+  for (int i = 0; i < choice.count; ++i) {
+    const ExpertGemmCandidate& c = choice.candidates[i];
+    if (c.at_most <= 0) continue;  // nothing can be live
+    GroupedGemmPlan p = plan;
+    if (choice.count > 1) {  // only the device knows which one is right
+      p.live_pairs = plan.offsets + local;
+      p.pairs_above = int32_t(c.above);
+      p.pairs_at_most = int32_t(c.at_most);
+    }
+    switch (c.kind) {
+      case ExpertGemmCandidate::Simple:
+        grouped_gemm_ref(p, stream);
+        break;
+      case ExpertGemmCandidate::Decode:
+        sm90_nvfp4_decode_gemm(p, *fragment, sm90_nvfp4_decode_gemm_config(c.at_most, local), stream);
+        break;
+      case ExpertGemmCandidate::Wgmma:  // 128-wide blocks; a last block at the width of its rows
+        sm90_nvfp4_prefill_gemm_split(p, *fragment, stream);
+        break;
+    }
+  }
+}
+
+}  // namespace nvfp4moe::cuda

@@ -1,0 +1,71 @@
+// run_expert_gemm: the one place that chooses which grouped GEMM kernel runs
+// a projection of the routed experts, for the cuda backend and the
+// expert-parallel path alike.
+//
+// Weights: the fragment layout (fragment_layout.hpp) wherever its
+// geometry allows (K % 128 == 0, I % 8 == 0) — one copy serves the decode and
+// the wgmma kernel; the tile layout and the correctness-first
+// grouped_gemm_ref only for shapes it does not allow.
+//
+// The choice depends on how many (token, expert) pairs are live, which only
+// the device knows (grouping runs on it). So every kernel that can be right
+// for some count up to the host's bound is queued, each with a disjoint
+// range of live pairs (GroupedGemmPlan::live_pairs); all but one exit at once.
+// Ranges, in average tokens per local expert (measured on the H200,
+// docs/performance.md):
+//   <= 16: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
+//   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last
+//          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
+// NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode
+// falls back to wgmma where it does not support the shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+
+#include "cuda/kernels/sm90_nvfp4_decode_gemm.hpp"
+#include "cuda/layout/grouped_gemm_plan.hpp"
+#include "cuda/layout/operand_order.hpp"
+
+namespace nvfp4moe::cuda {
+
+// The kernels queued for one projection, each with its range of live pairs
+// (above, at_most]; the ranges are disjoint and cover [0, pairs_bound].
+struct ExpertGemmCandidate {
+  enum Kind { Simple, Decode, Wgmma } kind;  // Wgmma: the Split launches
+  int64_t above, at_most;
+};
+struct ExpertGemmChoice {
+  ExpertGemmCandidate candidates[2];
+  int count = 0;
+  // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
+  OperandOrder operand_order(const int32_t* live_pairs) const;
+  // Host mirror (tests): the kind that runs when `live` pairs are live.
+  ExpertGemmCandidate::Kind kind_for(int64_t live) const;
+};
+// has_fragment: weights in the fragment layout (else: tile layout, the simple
+// kernel); decode_supported: the decode kernel takes their K. forced: the
+// value of NVFP4MOE_GEMM (null or empty: none).
+ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, bool has_fragment,
+                                    bool decode_supported, const char* forced);
+
+// Once per owner of weights, before the first run_expert_gemm and outside any
+// stream capture: kernel attributes for up to `local_experts` experts.
+void prepare_expert_gemm(int64_t local_experts);
+
+// The choice for a forward, made once for both projections (the operand
+// order must agree): gate_up / down the fragment-layout weights or null,
+// pairs_bound the most live pairs it can have (T * k, or the receive
+// capacity); reads NVFP4MOE_GEMM.
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const FragmentWeights* gate_up,
+                                    const FragmentWeights* down);
+
+// Queues the candidates of `choice`. plan: tiles/num_tiles and
+// offsets/local_experts filled, plan.weights the tile layout when `fragment`
+// is null; its operand rows written in choice.operand_order(offsets + local).
+void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragment, const ExpertGemmChoice& choice,
+                     cudaStream_t stream);
+
+}  // namespace nvfp4moe::cuda

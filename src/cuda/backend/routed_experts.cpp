@@ -1,0 +1,254 @@
+// RoutedExperts (see routed_experts.hpp).
+#include "cuda/backend/routed_experts.hpp"
+
+#include <algorithm>
+
+#include "cuda/kernels/ref/routed_experts_ref.hpp"
+#include "cuda/kernels/ref/staging_ref.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& v) {
+  DeviceBuffer<T> d(v.size());
+  d.upload(v.data(), v.size());
+  return d;
+}
+
+}  // namespace
+
+RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& cfg, RoutedKernels kernels) {
+  NVFP4_CHECK(w.hidden == cfg.hidden && w.intermediate == cfg.intermediate, "routed experts: weights are H=",
+              w.hidden, " I=", w.intermediate, " but the config says H=", cfg.hidden, " I=", cfg.intermediate);
+  NVFP4_CHECK(w.count > 0, "routed experts: no local experts");
+  RoutedWeightsDevice d;
+  d.count = w.count;
+  d.hidden = w.hidden;
+  d.inter = w.intermediate;
+  const int64_t n = w.count, H = w.hidden, I = w.intermediate;
+  if (kernels == RoutedKernels::Reference) {
+    d.w13_codes = upload(w.w13_codes);
+    d.w13_scales = upload(w.w13_scales);
+    d.w2_codes = upload(w.w2_codes);
+    d.w2_scales = upload(w.w2_scales);
+  } else if (fragment_layout_fits(H, I)) {
+    d.w13_frag = upload_fragment_weights(Projection::GateUp, w.w13_codes, w.w13_scales, n, H, I);
+    d.w2_frag = upload_fragment_weights(Projection::Down, w.w2_codes, w.w2_scales, n, H, I);
+  } else {
+    d.w13_tiles = upload_tile_weights(Projection::GateUp, w.w13_codes, w.w13_scales, n, H, I);
+    d.w2_tiles = upload_tile_weights(Projection::Down, w.w2_codes, w.w2_scales, n, H, I);
+  }
+  d.w13_global = upload(w.w13_global);
+  d.w2_global = upload(w.w2_global);
+  if (cfg.l2_input == InputScaleMode::Static) {
+    NVFP4_CHECK(int64_t(w.w2_input_scale.size()) == n, "routed experts: static L2 input scales requested but ",
+                "w2_input_scale has ", w.w2_input_scale.size(), " values for ", n, " experts");
+    d.w2_static_g = upload(w.w2_input_scale);
+  }
+  return d;
+}
+
+RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, Capacity cap, RoutedKernels kernels,
+                             float l1_static_g)
+    : w_(std::move(weights)), cap_(cap), kernels_(kernels), l1_static_g_(l1_static_g), limit_(cfg.swiglu_limit) {
+  NVFP4_CHECK(w_.hidden == cfg.hidden && w_.inter == cfg.intermediate && w_.count > 0,
+              "routed experts: device weights of ", w_.count, " experts, H=", w_.hidden, " I=", w_.inter,
+              " for a config with H=", cfg.hidden, " I=", cfg.intermediate);
+  NVFP4_CHECK(cap.input_rows >= 1 && cap.pairs >= 1 && cap.pairs < (int64_t(1) << 31), "routed experts: capacity ",
+              cap.input_rows, " input rows and ", cap.pairs, " pairs, each must be in [1, 2^31)");
+  const int64_t H = w_.hidden, I = w_.inter;
+  frag13_ = w_.w13_frag.view();
+  frag2_ = w_.w2_frag.view();
+  geo13_ = packed_geometry(Projection::GateUp, H, I);
+  geo2_ = packed_geometry(Projection::Down, H, I);
+  ld_act_ = geo13_.k_steps * kTileK;
+  ld_h_ = geo2_.k_steps * kTileK;
+  act_g_ = DeviceBuffer<float>(size_t(cap.input_rows));
+  h_ = DeviceBuffer<float>(size_t(cap.pairs * I));
+  h_g_ = DeviceBuffer<float>(size_t(cap.pairs));
+  h_deq_ = DeviceBuffer<__nv_bfloat16>(size_t(cap.pairs * ld_h_));
+  // Kernel attributes are set here, not per launch: a forward stays graph-capturable.
+  if (kernels_ == RoutedKernels::Reference) {
+    x_codes_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 2));
+    x_scales_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 16));
+    routed_experts_ref_prepare(H, I);
+  } else {
+    act_ = DeviceBuffer<__nv_bfloat16>(size_t(cap.input_rows * ld_act_));
+    expand_nvfp4_rows_prepare(int32_t(H));
+    prepare_expert_gemm(w_.count);
+  }
+}
+
+const FragmentWeights* RoutedExperts::fragments(Projection p) const {
+  const FragmentWeights& f = p == Projection::GateUp ? frag13_ : frag2_;
+  return f.codes ? &f : nullptr;
+}
+
+void RoutedExperts::check(const RoutedInput& in, const RoutedPairs& pairs) const {
+  const bool nvfp4 = in.codes != nullptr;
+  NVFP4_CHECK(nvfp4 != (in.x != nullptr), "routed experts: give either activation rows x or NVFP4 rows");
+  NVFP4_CHECK(!nvfp4 || (in.scales && in.g && in.live_rows),
+              "routed experts: NVFP4 input rows need codes, scales, g and the live row count");
+  NVFP4_CHECK(in.rows >= 0 && in.rows <= cap_.input_rows, "routed experts: ", in.rows,
+              " input rows, above the capacity of ", cap_.input_rows);
+  NVFP4_CHECK(pairs.pairs_bound >= 0 && pairs.pairs_bound <= cap_.pairs, "routed experts: a bound of ",
+              pairs.pairs_bound, " pairs, above the capacity of ", cap_.pairs);
+  NVFP4_CHECK(pairs.pair_of_pos && pairs.expert_of_pos && pairs.offsets && pairs.pair_weights && pairs.top_k >= 1,
+              "routed experts: the grouping (pair_of_pos, expert_of_pos, offsets, pair_weights, top_k) is incomplete");
+}
+
+RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair) {
+  check(in, pairs);
+  NVFP4_CHECK(kernels_ == RoutedKernels::Fast, "routed experts: plan() is the fast kernels' (this set runs the references)");
+  const int64_t local = w_.count, H = w_.hidden, I = w_.inter;
+  const int32_t* live_pairs = pairs.offsets + local;
+  Plan p;
+  // The GEMMs of this forward (chosen on the device from the live pair
+  // count), and the column order they want their operand rows in.
+  p.gemm = expert_gemm_choice(local, pairs.pairs_bound, fragments(Projection::GateUp), fragments(Projection::Down));
+  const OperandOrder order = p.gemm.operand_order(live_pairs);
+  p.expand = in.codes != nullptr;
+  p.expand_rows = ExpandRowsArgs{.codes = in.codes,
+                                 .scales = in.scales,
+                                 .rows_max = int32_t(in.rows),
+                                 .live_rows = in.live_rows,
+                                 .cols = int32_t(H),
+                                 .out = act_.get(),
+                                 .ld = int32_t(ld_act_),
+                                 .order = order};
+  p.stage_x = QuantizeActArgs{.x = in.x,
+                              .x_is_bf16 = in.x_is_bf16,
+                              .rows = in.rows,
+                              .cols = H,
+                              .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
+                              .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
+                              .g_out = act_g_.get(),
+                              .deq = act_.get(),
+                              .deq_ld = ld_act_,
+                              .deq_order = order};
+  p.gate_up = GroupedGemmPlan{.projection = Projection::GateUp,
+                              .weights = w_.w13_tiles.get(),
+                              .geometry = geo13_,
+                              .n_valid = I,
+                              .w_global = w_.w13_global.get(),
+                              .act = act_.get(),
+                              .ld_act = ld_act_,
+                              .act_rows = cap_.input_rows,
+                              .pair_of_pos = pairs.pair_of_pos,
+                              .top_k = pairs.top_k,
+                              .act_g = p.expand ? in.g : act_g_.get(),
+                              .tiles = pairs.tiles,
+                              .num_tiles = pairs.num_tiles,
+                              .max_tiles = max_gemm_tiles(pairs.pairs_bound, local, kGemmTileTokens),
+                              .offsets = pairs.offsets,
+                              .local_experts = local,
+                              .h_out = h_.get(),
+                              .ld_h = I,
+                              .has_limit = limit_.has_value(),
+                              .limit = limit_.value_or(0.0f)};
+  p.requant = requant_args(pairs, order);
+  // Down: the same positions, work list and scheduling.
+  p.down = p.gate_up;
+  p.down.projection = Projection::Down;
+  p.down.weights = w_.w2_tiles.get();
+  p.down.geometry = geo2_;
+  p.down.n_valid = H;
+  p.down.w_global = w_.w2_global.get();
+  p.down.act = h_deq_.get();
+  p.down.ld_act = ld_h_;
+  p.down.act_rows = cap_.pairs;
+  p.down.act_g = h_g_.get();
+  p.down.h_out = nullptr;
+  p.down.y_pair = y_pair;
+  p.down.topk_weights = pairs.pair_weights;
+  return p;
+}
+
+// QDQ of h per row (docs/numerics.md §2): a dynamic g per row, or the
+// expert's static g; the BF16 operand rows in `order`.
+RequantRowsArgs RoutedExperts::requant_args(const RoutedPairs& pairs, OperandOrder order) {
+  return RequantRowsArgs{.h = h_.get(),
+                         .ld_h = w_.inter,
+                         .cols = w_.inter,
+                         .rows_max = pairs.pairs_bound,
+                         .num_rows = pairs.offsets + w_.count,
+                         .static_g_per_expert = w_.w2_static_g.size() ? w_.w2_static_g.get() : nullptr,
+                         .row_expert = pairs.expert_of_pos,
+                         .g_out = h_g_.get(),
+                         .deq = h_deq_.get(),
+                         .deq_ld = ld_h_,
+                         .deq_order = order};
+}
+
+void RoutedExperts::stage(const Plan& p, cudaStream_t s) const {
+  if (p.expand)
+    expand_nvfp4_rows(p.expand_rows, s);
+  else if (p.stage_x.rows > 0)
+    stage_activations(p.stage_x, s);
+}
+void RoutedExperts::gate_up(const Plan& p, cudaStream_t s) const {
+  run_expert_gemm(p.gate_up, fragments(Projection::GateUp), p.gemm, s);
+}
+void RoutedExperts::requantize(const Plan& p, cudaStream_t s) const { stage_requantized_rows(p.requant, s); }
+void RoutedExperts::down(const Plan& p, cudaStream_t s) const {
+  run_expert_gemm(p.down, fragments(Projection::Down), p.gemm, s);
+}
+
+void RoutedExperts::run(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair, cudaStream_t s) {
+  if (kernels_ == RoutedKernels::Reference) return run_ref(in, pairs, y_pair, s);
+  const Plan p = plan(in, pairs, y_pair);
+  stage(p, s);
+  gate_up(p, s);
+  requantize(p, s);
+  down(p, s);
+}
+
+// The scalar references on NVFP4 rows: x staged by the reference staging
+// kernel first, h requantized by the reference requantization (logical order).
+void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair, cudaStream_t s) {
+  check(in, pairs);
+  const int64_t local = w_.count, H = w_.hidden, I = w_.inter;
+  RoutedExpertsRefArgs a{.x_codes = in.codes,
+                         .x_scales = in.scales,
+                         .x_g = in.g,
+                         .pair_of_pos = pairs.pair_of_pos,
+                         .top_k = pairs.top_k,
+                         .expert_of_pos = pairs.expert_of_pos,
+                         .live_positions = pairs.offsets + local,
+                         .positions_max = int32_t(pairs.pairs_bound),
+                         .pair_weights = pairs.pair_weights,
+                         .hidden = H,
+                         .inter = I,
+                         .has_limit = limit_.has_value(),
+                         .limit = limit_.value_or(0.0f),
+                         .w13_codes = w_.w13_codes.get(),
+                         .w13_scales = w_.w13_scales.get(),
+                         .w13_global = w_.w13_global.get(),
+                         .w2_codes = w_.w2_codes.get(),
+                         .w2_scales = w_.w2_scales.get(),
+                         .w2_global = w_.w2_global.get()};
+  if (!in.codes) {
+    if (in.rows > 0)
+      quantize_activations_ref(QuantizeActArgs{.x = in.x,
+                                               .x_is_bf16 = in.x_is_bf16,
+                                               .rows = in.rows,
+                                               .cols = H,
+                                               .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
+                                               .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
+                                               .g_out = act_g_.get(),
+                                               .codes = x_codes_.get(),
+                                               .scales_linear = x_scales_.get()},
+                               s);
+    a.x_codes = x_codes_.get();
+    a.x_scales = x_scales_.get();
+    a.x_g = act_g_.get();
+  }
+  routed_gate_up_ref(a, h_.get(), s);
+  requantize_rows_ref(requant_args(pairs, OperandOrder{}), s);  // logical order: what the references read
+  routed_down_ref(a, h_deq_.get(), ld_h_, h_g_.get(), y_pair, s);
+}
+
+}  // namespace nvfp4moe::cuda

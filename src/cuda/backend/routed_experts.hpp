@@ -1,0 +1,131 @@
+// RoutedExperts: the routed experts of a layer (or of an expert-parallel
+// rank's slice) on the GPU, and the one place their pipeline is wired:
+//
+//   L1 input -> BF16 operand rows -> gate/up GEMM + SwiGLU -> h
+//            -> requantize h (QDQ per docs/numerics.md §2) -> down GEMM x w_j -> y_pair
+//
+// It owns the weights in kernel layout (the fragment layout of the decode
+// and prefill kernels wherever the shape has it, else the tile layout of the
+// reference GEMM; with RoutedKernels::Reference the linear layout of the
+// scalar reference kernels), the GEMM choice (backend/expert_gemm.hpp) and
+// the operand order it implies, and the buffers between the stages. The
+// single-GPU backend, each expert-parallel rank and the benchmark run it.
+//
+// The L1 input comes in one of two forms: activation rows x, which run()
+// stages itself (per row, or with the layer's static g), or rows already in
+// NVFP4 (an expert-parallel rank's receive area), which it expands. The
+// grouping (kernels/grouping.hpp, or the expert-parallel placement) says
+// which input row and expert each position is, and where to write its result.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "cuda/backend/expert_gemm.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/expand_rows.hpp"
+#include "cuda/kernels/staging.hpp"
+#include "cuda/layout/weight_upload.hpp"
+#include "nvfp4moe/moe.hpp"
+
+namespace nvfp4moe::cuda {
+
+// Which kernels run the experts: the fast ones (decode / prefill, chosen on
+// the device), or the scalar references (tests compare the two).
+enum class RoutedKernels : uint8_t { Fast, Reference };
+
+// The weights of `count` local experts in the layout their kernels read.
+struct RoutedWeightsDevice {
+  int64_t count = 0, hidden = 0, inter = 0;
+  FragmentWeightsDevice w13_frag, w2_frag;            // fragment layout: decode and prefill kernels
+  DeviceBuffer<uint8_t> w13_tiles, w2_tiles;          // tile layout: shapes without the fragment layout
+  DeviceBuffer<uint8_t> w13_codes, w13_scales, w2_codes, w2_scales;  // linear layout: the references
+  DeviceBuffer<float> w13_global, w2_global;          // [count, 2] (gate, up), [count]
+  DeviceBuffer<float> w2_static_g;                    // [count] static g of h (L2 input), or empty
+};
+// ExpertWeights -> the layout `kernels` reads; w2_static_g when the config's
+// L2 input is static.
+RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& config, RoutedKernels kernels);
+
+// The L1 input of one forward: activation rows x, or NVFP4 rows.
+struct RoutedInput {
+  const void* x = nullptr;           // [rows, H] bf16 or f32, staged by run()
+  bool x_is_bf16 = false;
+  const uint8_t* codes = nullptr;    // or: [rows, H/2] packed E2M1 codes,
+  const uint8_t* scales = nullptr;   //     [rows, H/16] linear UE4M3 scales,
+  const float* g = nullptr;          //     [rows] global scales
+  int64_t rows = 0;                  // rows given (the launches' bound)
+  const int32_t* live_rows = nullptr;  // NVFP4 rows: device count of live rows
+};
+
+// One forward's grouping: positions of the local experts' groups.
+struct RoutedPairs {
+  const int32_t* pair_of_pos = nullptr;    // position -> pair; its input row is pair / top_k
+  int top_k = 1;
+  const int32_t* expert_of_pos = nullptr;  // position -> local expert
+  const int32_t* offsets = nullptr;        // device [local + 1]: group starts; [local] = live positions
+  const GemmTile* tiles = nullptr;         // the work list of the grouping
+  const int32_t* num_tiles = nullptr;      // device
+  const float* pair_weights = nullptr;     // [pairs] routing weight w_j
+  int64_t pairs_bound = 0;                 // host: the most live positions this forward can have
+};
+
+class RoutedExperts {
+ public:
+  // The most rows of an L1 input and the most live positions of a forward.
+  struct Capacity {
+    int64_t input_rows = 0, pairs = 0;
+  };
+  // l1_static_g: the static g of x (0: per row); used when run() stages x.
+  RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& config, Capacity capacity, RoutedKernels kernels,
+                float l1_static_g);
+
+  int64_t local_experts() const { return w_.count; }
+  RoutedKernels kernels() const { return kernels_; }
+
+  // y_pair[pair, H] = w_pair * o_e for every live position (every other row untouched).
+  void run(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
+
+  // The launches of one forward of the fast kernels, made on the host; run()
+  // queues stage, gate_up, requantize, down. The benchmark times them one by
+  // one and runs other configurations on the same plans.
+  struct Plan {
+    ExpertGemmChoice gemm;
+    bool expand = false;          // NVFP4 input rows: expand (else stage x)
+    QuantizeActArgs stage_x;
+    ExpandRowsArgs expand_rows;
+    GroupedGemmPlan gate_up, down;
+    RequantRowsArgs requant;
+  };
+  Plan plan(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair);
+  void stage(const Plan& p, cudaStream_t stream) const;
+  void gate_up(const Plan& p, cudaStream_t stream) const;
+  void requantize(const Plan& p, cudaStream_t stream) const;
+  void down(const Plan& p, cudaStream_t stream) const;
+  // The fragment-layout weights of a projection (null where the shape has none).
+  const FragmentWeights* fragments(Projection p) const;
+
+ private:
+  void check(const RoutedInput& input, const RoutedPairs& pairs) const;
+  void run_ref(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
+  RequantRowsArgs requant_args(const RoutedPairs& pairs, OperandOrder order);
+
+  RoutedWeightsDevice w_;
+  Capacity cap_;
+  RoutedKernels kernels_;
+  float l1_static_g_ = 0.0f;
+  std::optional<float> limit_;
+  FragmentWeights frag13_, frag2_;
+  PackedGeometry geo13_, geo2_;
+  int64_t ld_act_ = 0, ld_h_ = 0;  // operand rows: H and I rounded up to 64
+  DeviceBuffer<__nv_bfloat16> act_;  // [input_rows, ld_act] value(q)*s of the L1 input
+  DeviceBuffer<float> act_g_;        // [input_rows] its g (staged x)
+  DeviceBuffer<float> h_, h_g_;      // [pairs, I], [pairs]
+  DeviceBuffer<__nv_bfloat16> h_deq_;  // [pairs, ld_h] value(q)*s of QDQ(h)
+  DeviceBuffer<uint8_t> x_codes_, x_scales_;  // Reference: staged x as NVFP4 rows
+};
+
+}  // namespace nvfp4moe::cuda

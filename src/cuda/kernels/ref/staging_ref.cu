@@ -1,0 +1,168 @@
+// Activation staging kernels (see quantize_act.hpp). Every byte comes from the
+// codecs of src/format/nvfp4_codec.hpp in the spec's order of operations; this
+// file is compiled WITHOUT fast-math so x / d is an IEEE division.
+#include <cuda_bf16.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/ref/staging_ref.hpp"
+#include "cuda/kernels/staging.hpp"
+#include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/format.hpp"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+using namespace nvfp4moe::fmt;
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load_value(const void* x, bool bf16, int64_t i) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]) : static_cast<const float*>(x)[i];
+}
+
+// NaN-propagating max |x| over a block of threads; every thread gets the result.
+__device__ float block_abs_max(float v) {
+  __shared__ float part[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v = abs_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) m = abs_max_nan(m, part[w]);
+  __syncthreads();
+  return m;
+}
+
+// One 16-element block under global scale g: writes its 8 code bytes, scale
+// byte(s) and BF16 operand values as requested.
+template <typename Load>
+__device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t b, int64_t cols, float g,
+                                                 uint8_t* codes, uint8_t* scales_linear,
+                                                 uint8_t* scales_swizzled, int64_t kp,
+                                                 __nv_bfloat16* deq, int64_t deq_ld, bool kslot) {
+  float v[kBlock];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) {
+    v[i] = load(b * kBlock + i);
+    amax = abs_max_nan(amax, v[i]);
+  }
+  const uint8_t s = block_scale_byte(amax, g);
+  const float d = block_dequant_factor(s, g);
+  const float sv = e4m3_value(s);
+  uint8_t q[kBlock];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) q[i] = quantize_element(v[i], d);
+  if (codes) {
+    uint2 packed;
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) w[i / 8] |= uint32_t(q[i]) << (4 * (i % 8));
+    packed.x = w[0];
+    packed.y = w[1];
+    *reinterpret_cast<uint2*>(codes + row * (cols / 2) + b * 8) = packed;
+  }
+  if (scales_linear) scales_linear[row * (cols / kBlock) + b] = s;
+  if (scales_swizzled)
+    scales_swizzled[swizzled_offset(row, b, kp)] = s;
+  if (deq) {
+    __nv_bfloat16* o = deq + row * deq_ld;
+#pragma unroll
+    for (int i = 0; i < kBlock; i += 2) {
+      // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
+      __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
+      const int64_t col = b * kBlock + i;
+      *reinterpret_cast<__nv_bfloat162*>(o + (kslot ? operand_kslot_column(col) : col)) = pair;
+    }
+  }
+}
+
+// |x| bits as an unsigned: order-preserving for non-negative floats, and NaN
+// (0x7fc00000) above Inf, so atomicMax propagates NaN.
+__global__ void abs_max_kernel(const void* x, bool bf16, int64_t n, unsigned* out) {
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    m = abs_max_nan(m, load_value(x, bf16, i));
+  m = block_abs_max(m);
+  if (threadIdx.x == 0) atomicMax(out, __float_as_uint(m) & 0x7fffffffu);
+}
+
+__global__ void quantize_act_ref_kernel(QuantizeActArgs a, int64_t kp) {
+  const int64_t row = blockIdx.x;
+  const int64_t kb = a.cols / kBlock;
+  auto load = [&](int64_t i) { return load_value(a.x, a.x_is_bf16, row * a.cols + i); };
+  float g;
+  if (a.scope == ActScope::PerRow) {
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) m = abs_max_nan(m, load(i));
+    g = global_scale_from_amax(block_abs_max(m));
+  } else if (a.scope == ActScope::PerTensor) {
+    g = global_scale_from_amax(__uint_as_float(*a.amax_scratch));
+  } else {
+    g = a.static_g;
+  }
+  if (threadIdx.x == 0) a.g_out[row] = g;
+  const bool kslot = a.deq_order.kslot();
+  for (int64_t b = threadIdx.x; b < kb; b += blockDim.x)
+    quantize_block16(load, row, b, a.cols, g, a.codes, a.scales_linear, a.scales_swizzled, kp, a.deq, a.deq_ld, kslot);
+  if (a.deq)
+    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
+      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+}
+
+__global__ void requantize_rows_ref_kernel(RequantRowsArgs a) {
+  const int64_t row = blockIdx.x;
+  if (row >= *a.num_rows) return;
+  const float* h = a.h + row * a.ld_h;
+  auto load = [&](int64_t i) { return h[i]; };
+  float g;
+  if (a.static_g_per_expert) {
+    g = a.static_g_per_expert[a.row_expert[row]];
+  } else {
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.cols; i += blockDim.x) m = abs_max_nan(m, h[i]);
+    g = global_scale_from_amax(block_abs_max(m));
+  }
+  if (threadIdx.x == 0) a.g_out[row] = g;
+  const bool kslot = a.deq_order.kslot();
+  for (int64_t b = threadIdx.x; b < a.cols / kBlock; b += blockDim.x)
+    quantize_block16(load, row, b, a.cols, g, nullptr, nullptr, nullptr, 0, a.deq, a.deq_ld, kslot);
+  for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
+    a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+}
+
+}  // namespace
+
+void quantize_activations_ref(const QuantizeActArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(a.cols % kBlock == 0, "quantize_activations_ref: K must be a multiple of 16, got K=", a.cols);
+  NVFP4_CHECK(a.rows >= 0, "quantize_activations_ref: negative row count ", a.rows);
+  NVFP4_CHECK(a.g_out != nullptr, "quantize_activations_ref: g_out is required");
+  NVFP4_CHECK(!a.deq || a.deq_ld >= a.cols, "quantize_activations_ref: deq_ld ", a.deq_ld, " < K=", a.cols);
+  NVFP4_CHECK(a.scope != ActScope::PerTensor || a.amax_scratch,
+              "quantize_activations_ref: per-tensor scope needs amax scratch");
+  NVFP4_CHECK(a.scope != ActScope::Static || (is_finite(a.static_g) && a.static_g > 0.0f),
+              "quantize_activations_ref: static global scale must be finite and > 0, got ", a.static_g);
+  if (a.rows == 0) return;
+  const int64_t k = a.cols / kBlock, kp = round_up(k, 4);
+  if (a.scales_swizzled)
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * kp), stream));
+  if (a.scope == ActScope::PerTensor) {
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(a.amax_scratch, 0, sizeof(unsigned), stream));
+    const int64_t n = a.rows * a.cols;
+    const int blocks = int(std::min<int64_t>(1024, ceil_div(n, kThreads * 8)));
+    abs_max_kernel<<<blocks, kThreads, 0, stream>>>(a.x, a.x_is_bf16, n, a.amax_scratch);
+    NVFP4_CUDA_CHECK_LAUNCH("abs_max_kernel");
+  }
+  quantize_act_ref_kernel<<<unsigned(a.rows), kThreads, 0, stream>>>(a, kp);
+  NVFP4_CUDA_CHECK_LAUNCH("quantize_act_ref_kernel");
+}
+
+void requantize_rows_ref(const RequantRowsArgs& a, cudaStream_t stream) {
+  NVFP4_CHECK(a.cols % kBlock == 0 && a.deq_ld >= a.cols && a.ld_h >= a.cols,
+              "requantize_rows_ref: bad geometry cols=", a.cols, " ld_h=", a.ld_h, " deq_ld=", a.deq_ld);
+  if (a.rows_max == 0) return;
+  requantize_rows_ref_kernel<<<unsigned(a.rows_max), kThreads, 0, stream>>>(a);
+  NVFP4_CUDA_CHECK_LAUNCH("requantize_rows_ref_kernel");
+}
+
+}  // namespace nvfp4moe::cuda

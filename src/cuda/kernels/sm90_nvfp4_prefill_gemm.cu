@@ -1,0 +1,677 @@
+// sm90_nvfp4_prefill_gemm (see the header): kernel and launcher. Which kernel runs
+// for a forward is decided in expert_gemm.cpp.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <iterator>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/fragment_dequant.cuh"
+#include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
+#include "cuda/kernels/swiglu.cuh"
+#include "cuda/kernels/warp_scan.cuh"
+#include "cuda/layout/tensor_map.hpp"
+#include "cuda/ptx/sm90_griddep.cuh"
+#include "cuda/ptx/sm90_mbarrier.cuh"
+#include "cuda/ptx/sm90_tma.cuh"
+#include "cuda/ptx/sm90_wgmma.cuh"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
+constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
+// NOTES: 384 threads start with 168 registers each (the register file is
+// split over 4 sub-partitions); the producer warpgroup drops to 80 (it spills
+// at 72) so that the consumers can hold 2 x 64 accumulators, two 16-register
+// A buffers, addresses and the SwiGLU epilogue (4 bytes spill at 200, in the
+// gate/up 128 variant only).
+constexpr int kProducerRegisters = 80;
+constexpr int kConsumerRegisters = 200;
+// setmaxnreg.inc takes registers only from what the CTA's setmaxnreg.dec gave
+// back (SASS: USETMAXREG.TRY_ALLOC.CTAPOOL); a consumer warp asking for more
+// waits forever (216 hung the GPU tests). The
+// launch gives every thread 65536 / 384 registers, in steps of 8: 168.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+static_assert(kConsumerWarps * 32 * (kConsumerRegisters - kLaunchRegisters) <=
+                  kProducerThreads * (kLaunchRegisters - kProducerRegisters),
+              "the consumers' extra registers must all come from the producer warpgroup's");
+constexpr int kMTilesPerWarpgroup = 8;  // two m64 wgmma tiles of 4 m16 tiles
+constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
+constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
+constexpr int kStageK = kStageChunks * kMmaChunkK;
+constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
+constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks
+constexpr int kActAtomBytes = 128;                           // one swizzle row: 64 BF16
+constexpr int kMaxLocalExperts = 2048;                       // bounds the scheduler's shared arrays (fits 227 KB)
+static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fill one 128-byte swizzle row");
+
+// Shared memory of one CTA, by named offsets from a 1024-byte aligned base.
+template <int kBlockN>
+struct Smem {
+  static_assert(kBlockN % 32 == 0 && kBlockN >= 32 && kBlockN <= 128, "kBlockN: 32, 64, 96 or 128");
+  // As many stages as fit ~205 KB (kMaxLocalExperts' scheduler arrays take the rest), at most 8:
+  // 4, 4, 6, 7 at 128, 96, 64, 32.
+  static constexpr int kStageBytes = kStageChunks * kBlockN * kActAtomBytes + kMTilesPerCta * kStageChunks * kFragBytes +
+                                     kMTilesPerCta * kScaleWordBytes;
+  static constexpr int kStages = 205 * 1024 / kStageBytes < 8 ? 205 * 1024 / kStageBytes : 8;
+  static constexpr int kActChunk = kBlockN * kActAtomBytes;         // swizzled [kBlockN][64] BF16 of one chunk
+  static constexpr int kActStage = kStageChunks * kActChunk;
+  static constexpr int kCodeStage = kMTilesPerCta * kStageChunks * kFragBytes;
+  static constexpr int kScaleStage = kMTilesPerCta * kScaleWordBytes;
+  static constexpr int kAct = 0;
+  static constexpr int kCode = kAct + kStages * kActStage;
+  static constexpr int kScale = kCode + kStages * kCodeStage;
+  static constexpr int kFull = kScale + kStages * kScaleStage;
+  static constexpr int kEmpty = kFull + 8 * kStages;
+  // Per-position epilogue operands of a tile, in a ring of 2 tiles: written
+  // by the producer when it starts the tile, read by the consumers' epilogue.
+  static constexpr int kMetaSlots = 2;
+  static constexpr int kMetaFull = kEmpty + 8 * kStages;
+  static constexpr int kMetaEmpty = kMetaFull + 8 * kMetaSlots;
+  static constexpr int kMeta = kMetaEmpty + 8 * kMetaSlots;  // ColumnMeta [kMetaSlots][kBlockN]
+  static constexpr int kRows = kMeta + kMetaSlots * kBlockN * 12;
+  static constexpr int kOffsets = kRows + 4 * kBlockN;
+  static size_t bytes(int64_t local) { return 1024 + size_t(kOffsets) + 8 * size_t(local + 1); }
+  static_assert(kActChunk % 1024 == 0, "swizzled operand chunks must stay 1024-byte aligned");
+  static_assert(kCodeStage % 16 == 0 && kScaleStage % 16 == 0 && kFull % 8 == 0, "copies and barriers need alignment");
+};
+
+// What the epilogue needs of one position: g of its operand row, its pair
+// and routing weight (Down).
+struct ColumnMeta {
+  float g;
+  int32_t pair;
+  float wj;
+};
+static_assert(sizeof(ColumnMeta) == 12, "ColumnMeta is 3 words");
+
+// The TMA copies of a stage: the m-tiles' code runs and scale words, and for
+// Down (whose operand rows are the tile's consecutive positions) the operand
+// chunks. GateUp's operand rows are tokens gathered by pair, so its producer
+// copies them with cp.async.
+struct WgmmaMaps {
+  CUtensorMap codes;   // u32 [experts][m_tiles][k_chunks * 128], box [1][16][256]: one stage of 16 m-tiles
+  CUtensorMap scales;  // u32 [experts][m_tiles][k_stages * 32], box [1][16][32]
+  CUtensorMap act;     // BF16 [act_rows][K], box [block_n][64], 128-byte swizzle (Down only)
+};
+
+// One tile of work: up to 16 m-tiles x up to kBlockN positions of one expert.
+struct Tile {
+  int32_t expert, m_block, begin, rows;
+};
+
+// The token blocks of an expert with `rows` rows that a launch covers
+// (TokenBlocks), and where block b starts.
+template <int kBlockN>
+__device__ __forceinline__ int32_t token_blocks(int32_t rows, TokenBlocks mode) {
+  if (mode == TokenBlocks::All) return (rows + kBlockN - 1) / kBlockN;
+  const int32_t last = rows % 128;
+  const int32_t tail = last != 0 && wgmma_tile_width(last) == kBlockN ? 1 : 0;
+  return (kBlockN == 128 ? rows / 128 : 0) + tail;
+}
+template <int kBlockN>
+__device__ __forceinline__ int32_t token_block_begin(int32_t rows, int32_t block, TokenBlocks mode) {
+  if (mode == TokenBlocks::All) return block * kBlockN;
+  return (kBlockN == 128 ? block : rows / 128) * 128;  // Split: full blocks, then the last one
+}
+
+// Tile t of the CTA-local work list: experts in order, then m-blocks, then
+// token blocks (fastest), so CTAs running at once share weights through L2.
+// prefix[e] = tiles before expert e, prefix[local] = all tiles.
+template <int kBlockN>
+__device__ __forceinline__ Tile tile_at(int32_t t, const int32_t* offsets, const int32_t* prefix, int32_t local,
+                                        TokenBlocks mode) {
+  int32_t lo = 0, hi = local;  // last e with prefix[e] <= t (empty experts repeat a prefix value)
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) / 2;
+    if (prefix[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int32_t count = offsets[lo + 1] - offsets[lo];
+  const int32_t blocks = token_blocks<kBlockN>(count, mode);
+  const int32_t rem = t - prefix[lo];
+  const int32_t begin = token_block_begin<kBlockN>(count, rem % blocks, mode);
+  return Tile{lo, rem / blocks, offsets[lo] + begin, min(kBlockN, count - begin)};
+}
+
+template <int kBlockN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t (&a)[4], uint64_t desc) {
+  if constexpr (kBlockN == 32) {
+    ptx::wgmma_m64n32k16_rs(d, a, desc);
+  } else if constexpr (kBlockN == 64) {
+    ptx::wgmma_m64n64k16_rs(d, a, desc);
+  } else if constexpr (kBlockN == 96) {
+    ptx::wgmma_m64n96k16_rs(d, a, desc);
+  } else {
+    ptx::wgmma_m64n128k16_rs(d, a, desc);
+  }
+}
+
+// Position of a stage ring shared by the producer and the consumers.
+template <int kStages>
+struct RingPosition {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// Epilogue of one consumer warpgroup: accumulator (j, 8 n + 2 tig + c) is
+// m-tile mt_wg + 4 j + wwarp, rows grp (gate / down row) and grp + 8 (up /
+// down row + 8), position column 8 n + 2 tig + c.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Tile& tile, const ColumnMeta* meta,
+                                           int64_t mt_wg, int64_t m_tiles, int wwarp, int lane,
+                                           const float (&acc)[2][kBlockN / 2]) {
+  const int tig = lane % 4, grp = lane / 4;
+  // The expert's global weight scales: gate and up, or down.
+  const float gw0 = plan.w_global[P == Projection::GateUp ? tile.expert * 2 : tile.expert];
+  const float gw1 = P == Projection::GateUp ? plan.w_global[tile.expert * 2 + 1] : gw0;
+#pragma unroll
+  for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * n + 2 * tig + c;
+      if (col >= tile.rows) continue;
+      const ColumnMeta& cm = meta[col];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int64_t mt = mt_wg + 4 * j + wwarp;
+        if (mt >= m_tiles) continue;
+        const float lo = acc[j][4 * n + c], hi = acc[j][4 * n + 2 + c];  // rows grp, grp + 8
+        if constexpr (P == Projection::GateUp) {
+          const float gate = lo * (cm.g * gw0 * kFragEpilogue);
+          const float up = hi * (cm.g * gw1 * kFragEpilogue);
+          plan.h_out[int64_t(tile.begin + col) * plan.ld_h + mt * 8 + grp] =
+              swiglu_limited(gate, up, plan.has_limit, plan.limit);
+        } else {
+          const float alpha = cm.g * gw0 * kFragEpilogue;
+          float* y = plan.y_pair + int64_t(cm.pair) * plan.n_valid + mt * kMmaTileRows + grp;
+          y[0] = lo * alpha * cm.wj;
+          y[8] = hi * alpha * cm.wj;
+        }
+      }
+    }
+}
+
+// The CTA's view of its shared memory, carved once from a 1024-byte aligned
+// base (Smem's named offsets), and of its work list.
+template <Projection P, int kBlockN>
+struct Cta {
+  using S = Smem<kBlockN>;
+  static constexpr int kStages = S::kStages;
+  static constexpr int kAccPerTile = kBlockN / 2;  // FP32 accumulators per thread and m64 tile
+  static constexpr bool kGather = P == Projection::GateUp;  // operand rows by cp.async, else by TMA
+  // A stage is full once the TMA bytes have landed (one expect_tx arrival)
+  // and, when gathering, every producer thread's cp.async.
+  static constexpr int kFullArrivals = 1 + (kGather ? kProducerThreads : 0);
+  static constexpr uint32_t kTmaBytes = S::kCodeStage + S::kScaleStage + (kGather ? 0 : S::kActStage);
+
+  uint32_t act_base, code_base, scale_base;  // the stage rings (shared-window addresses)
+  uint64_t act_desc0;                        // wgmma descriptor of operand stage 0
+  uint32_t full_bar, empty_bar;              // [kStages] each
+  uint32_t meta_full_bar, meta_empty_bar;    // [kMetaSlots] each
+  ColumnMeta* meta;                          // [kMetaSlots][kBlockN] epilogue operands of a tile
+  int32_t* tile_rows;                        // [kBlockN] operand row of each position of a tile
+  int32_t* offsets;                          // [local + 1] group starts
+  int32_t* prefix;                           // [local + 1] tiles before each expert
+  int32_t local = 0, total = 0;              // local experts; tiles of this launch
+  int64_t m_tiles = 0, k_stages = 0;
+
+  __device__ Tile tile(int32_t t, TokenBlocks mode) const { return tile_at<kBlockN>(t, offsets, prefix, local, mode); }
+};
+
+// Shared memory carved, the group starts copied, the work list's prefix over
+// experts built (warp 0), the barriers initialised (thread 0).
+template <Projection P, int kBlockN>
+__device__ __forceinline__ Cta<P, kBlockN> setup_cta(const GroupedGemmPlan& plan, const FragmentWeights& w,
+                                                     TokenBlocks mode, int tid, int warp, int lane) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
+  extern __shared__ uint8_t smem_raw[];
+  // Offsetting smem_raw itself (no round trip through an integer) keeps the
+  // compiler aware that every pointer below is shared: LDS/STS, not generic
+  // loads on the long-scoreboard path.
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  C c;
+  c.act_base = ptx::smem_addr(smem + S::kAct);
+  c.act_desc0 = ptx::smem_desc_k_major_sw128(c.act_base);
+  c.code_base = ptx::smem_addr(smem + S::kCode);
+  c.scale_base = ptx::smem_addr(smem + S::kScale);
+  c.full_bar = ptx::smem_addr(smem + S::kFull);
+  c.empty_bar = ptx::smem_addr(smem + S::kEmpty);
+  c.meta_full_bar = ptx::smem_addr(smem + S::kMetaFull);
+  c.meta_empty_bar = ptx::smem_addr(smem + S::kMetaEmpty);
+  c.meta = reinterpret_cast<ColumnMeta*>(smem + S::kMeta);
+  c.tile_rows = reinterpret_cast<int32_t*>(smem + S::kRows);
+  c.local = int32_t(plan.local_experts);
+  c.offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
+  c.prefix = c.offsets + c.local + 1;
+  c.m_tiles = w.geometry.m_tiles;
+  c.k_stages = w.geometry.k_chunks / kStageChunks;
+  const int32_t m_blocks = int32_t((c.m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
+
+  for (int e = tid; e <= c.local; e += kThreads) c.offsets[e] = plan.offsets[e];
+  __syncthreads();
+  if (warp == 0) {
+    int32_t carry = 0;
+    if (lane == 0) c.prefix[0] = 0;
+    for (int32_t base = 0; base < c.local; base += 32) {
+      const int32_t e = base + lane;
+      const int32_t v =
+          warp_inclusive_sum(e < c.local ? token_blocks<kBlockN>(c.offsets[e + 1] - c.offsets[e], mode) * m_blocks : 0);
+      if (e < c.local) c.prefix[e + 1] = carry + v;
+      carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      ptx::mbarrier_init(c.full_bar + 8 * s, C::kFullArrivals);
+      ptx::mbarrier_init(c.empty_bar + 8 * s, kConsumerWarps);
+    }
+    for (int s = 0; s < S::kMetaSlots; ++s) {
+      ptx::mbarrier_init(c.meta_full_bar + 8 * s, kProducerThreads);
+      ptx::mbarrier_init(c.meta_empty_bar + 8 * s, kConsumerWarps);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  c.total = c.prefix[c.local];
+  return c;
+}
+
+// Producer, per tile: the operand row (for the gather) and the epilogue
+// operands (for the consumers) of each position, into the tile's meta slot.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void produce_tile_meta(const GroupedGemmPlan& plan, const Cta<P, kBlockN>& c,
+                                                  const Tile& tile, const RingPosition<Smem<kBlockN>::kMetaSlots>& slot,
+                                                  int ptid) {
+  ColumnMeta* tile_meta = c.meta + slot.stage * kBlockN;
+  ptx::mbarrier_wait_parity(c.meta_empty_bar + 8 * slot.stage, slot.phase ^ 1);
+  ptx::named_barrier_sync(1, kProducerThreads);  // the previous tile's copies were issued: rows may change
+  for (int r = ptid; r < tile.rows; r += kProducerThreads) {
+    const int32_t pos = tile.begin + r, pair = plan.pair_of_pos[pos];
+    const int32_t row = P == Projection::GateUp ? pair / plan.top_k : pos;
+    c.tile_rows[r] = row;
+    tile_meta[r] = ColumnMeta{plan.act_g[row], pair, P == Projection::Down ? plan.topk_weights[pair] : 0.0f};
+  }
+  ptx::mbarrier_arrive(c.meta_full_bar + 8 * slot.stage);
+  ptx::named_barrier_sync(1, kProducerThreads);
+}
+
+// Producer, per stage: the m-tiles' code runs and scale words (and Down's
+// operand chunks) by TMA from one thread; GateUp's operand rows, gathered
+// by pair, by every thread's cp.async.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void produce_stage(const GroupedGemmPlan& plan, const WgmmaMaps& maps,
+                                              const Cta<P, kBlockN>& c, const Tile& tile, int64_t ks,
+                                              const RingPosition<Smem<kBlockN>::kStages>& ring, int ptid) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
+  const uint32_t full = c.full_bar + 8 * ring.stage;
+  ptx::mbarrier_wait_parity(c.empty_bar + 8 * ring.stage, ring.phase ^ 1);
+  if (ptid == 0) {
+    // NOTES: one TMA box per stage for the codes (16 KB) and one for the
+    // scales: 1 KB bulk copies per m-tile were slower than cp.async, and
+    // cp.async's loads alone reached ~44 GB/s per SM. Rows past the expert's
+    // last m-tile read as zero and are never stored.
+    const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
+    ptx::mbarrier_arrive_expect_tx(full, C::kTmaBytes);
+    ptx::tma_load_3d(c.code_base + ring.stage * S::kCodeStage, &maps.codes, full,
+                     int32_t(ks * (kStageChunks * kFragBytes / 4)), int32_t(mt0), tile.expert);
+    ptx::tma_load_3d(c.scale_base + ring.stage * S::kScaleStage, &maps.scales, full,
+                     int32_t(ks * (kScaleWordBytes / 4)), int32_t(mt0), tile.expert);
+    if constexpr (!C::kGather) {  // positions tile.begin.. (columns past tile.rows are never stored)
+#pragma unroll
+      for (int ch = 0; ch < kStageChunks; ++ch)
+        ptx::tma_load_2d(c.act_base + ring.stage * S::kActStage + ch * S::kActChunk, &maps.act, full,
+                         int32_t(ks * kStageK + ch * kMmaChunkK), tile.begin);
+    }
+  }
+  if constexpr (C::kGather) {
+    // Operand rows (already in k-slot order, operand_order.hpp): 16-byte
+    // units into the 128B swizzle (unit ^ row % 8). This thread's unit of
+    // each chunk row is fixed; its rows are ptid / 8 + 16 j.
+    constexpr int kUnitsPerRow = kActAtomBytes / 16, kRowsPerPass = kProducerThreads / kUnitsPerRow;
+    const int unit = ptid % kUnitsPerRow;
+    const uint32_t act_stage = c.act_base + ring.stage * S::kActStage;
+#pragma unroll 4
+    for (int r = ptid / kUnitsPerRow; r < tile.rows; r += kRowsPerPass) {
+      const __nv_bfloat16* src = plan.act + int64_t(c.tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
+      const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
+#pragma unroll
+      for (int ch = 0; ch < kStageChunks; ++ch)
+        ptx::cp_async_16_shared(dst + ch * S::kActChunk, src + ch * kMmaChunkK);
+    }
+    ptx::cp_async_mbarrier_arrive_noinc(full);
+  }
+}
+
+// The producer warpgroup: every tile of this CTA, stage by stage.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void producer(const GroupedGemmPlan& plan, const WgmmaMaps& maps, const Cta<P, kBlockN>& c,
+                                         TokenBlocks mode, int ptid) {
+  using C = Cta<P, kBlockN>;
+  if (ptid == 0) {
+    ptx::prefetch_tensor_map(&maps.codes);
+    ptx::prefetch_tensor_map(&maps.scales);
+    if constexpr (!C::kGather) ptx::prefetch_tensor_map(&maps.act);
+  }
+  RingPosition<C::kStages> ring;
+  RingPosition<C::S::kMetaSlots> meta_ring;
+  for (int32_t t = blockIdx.x; t < c.total; t += gridDim.x, meta_ring.advance()) {
+    const Tile tile = c.tile(t, mode);
+    produce_tile_meta(plan, c, tile, meta_ring, ptid);
+    for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance()) produce_stage(plan, maps, c, tile, ks, ring, ptid);
+  }
+  if constexpr (C::kGather) ptx::cp_async_wait<0>();
+}
+
+// Consumer warp's A fragments of m64 tile j, chunk ch of a stage: exact
+// dequantization from shared memory (fragment_dequant.cuh).
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void dequant_a(const Cta<P, kBlockN>& c, int stage, int ch, int j, int wg, int wwarp,
+                                          int lane, uint32_t (&dst)[4][4]) {
+  using S = Smem<kBlockN>;
+  const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
+  const uint32_t scales = ptx::ld_shared_u32(c.scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
+  const uint4 frag =
+      ptx::ld_shared_v4(c.code_base + stage * S::kCodeStage + (m * kStageChunks + ch) * kFragBytes + lane * 16);
+  dequant_fragment_chunk(frag, scales >> (16 * ch), dst);
+}
+
+// Consumer main loop of one tile: the tile's K in stages of the ring.
+// NOTES: software-pipelined in sub-steps q = (chunk ch, m64 tile j), 4 per
+// stage: the A fragments of sub-step q + 1 are dequantized while the 4
+// wgmmas of q run (two 16-register A buffers; 2 x 64 accumulators leave no
+// room for more), and a stage is released once the wgmmas of its last
+// sub-step are done.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void consume_tile(const Cta<P, kBlockN>& c, RingPosition<Smem<kBlockN>::kStages>& ring,
+                                             int wg, int wwarp, int lane, float (&acc)[2][kBlockN / 2]) {
+  using C = Cta<P, kBlockN>;
+  using S = typename C::S;
+  uint32_t a[2][4][4];
+  ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
+  if constexpr (C::kGather) ptx::fence_proxy_async_shared();  // the gathered rows (cp.async) -> wgmma's reads
+  dequant_a(c, ring.stage, 0, 0, wg, wwarp, lane, a[0]);
+  for (int64_t ks = 0; ks < c.k_stages; ++ks) {
+    const uint64_t act_desc = ptx::smem_desc_advance(c.act_desc0, ring.stage * S::kActStage);
+#pragma unroll
+    for (int q = 0; q < 2 * kStageChunks; ++q) {
+      const int ch = q / 2, j = q % 2;
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        wgmma_rs<kBlockN>(acc[j], a[q % 2][s], ptx::smem_desc_advance(act_desc, ch * S::kActChunk + s * 32));
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();  // sub-step q - 1 done: its A buffer and, at q = 0, the previous stage are free
+      if (q == 0 && ks > 0) {
+        __syncwarp();
+        if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ((ring.stage + C::kStages - 1) % C::kStages));
+      }
+      if (q + 1 < 2 * kStageChunks) {
+        dequant_a(c, ring.stage, (q + 1) / 2, (q + 1) % 2, wg, wwarp, lane, a[(q + 1) % 2]);
+      } else if (ks + 1 < c.k_stages) {
+        RingPosition<C::kStages> next = ring;
+        next.advance();
+        ptx::mbarrier_wait_parity(c.full_bar + 8 * next.stage, next.phase);
+        if constexpr (C::kGather) ptx::fence_proxy_async_shared();
+        dequant_a(c, next.stage, 0, 0, wg, wwarp, lane, a[0]);
+      }
+    }
+    ring.advance();
+  }
+  ptx::wgmma_wait_group<0>();
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ((ring.stage + C::kStages - 1) % C::kStages));
+}
+
+// A warpgroup without m-tiles in a tile's block still keeps the ring in step.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void skip_tile(const Cta<P, kBlockN>& c, RingPosition<Smem<kBlockN>::kStages>& ring,
+                                          int lane) {
+  for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance()) {
+    ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ring.stage);
+  }
+}
+
+// The consumer warpgroups: warpgroup wg owns m-tiles 8 wg .. 8 wg + 7 of
+// each tile's block; per tile the main loop, then the epilogue.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void consumers(const GroupedGemmPlan& plan, const Cta<P, kBlockN>& c, TokenBlocks mode,
+                                          int warp, int lane) {
+  using C = Cta<P, kBlockN>;
+  const int wg = warp / 4, wwarp = warp % 4;
+  RingPosition<C::kStages> ring;
+  RingPosition<C::S::kMetaSlots> meta_ring;
+  for (int32_t t = blockIdx.x; t < c.total; t += gridDim.x, meta_ring.advance()) {
+    const Tile tile = c.tile(t, mode);
+    const ColumnMeta* tile_meta = c.meta + meta_ring.stage * kBlockN;
+    const int64_t mt_wg = int64_t(tile.m_block) * kMTilesPerCta + wg * kMTilesPerWarpgroup;
+    const bool live = mt_wg < c.m_tiles;  // warpgroup-uniform
+
+    float acc[2][C::kAccPerTile];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < C::kAccPerTile; ++i) {
+        acc[j][i] = 0.0f;
+        ptx::wgmma_fence_operand(acc[j][i]);
+      }
+    if (live)
+      consume_tile(c, ring, wg, wwarp, lane, acc);
+    else
+      skip_tile(c, ring, lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < C::kAccPerTile; ++i) ptx::wgmma_fence_operand(acc[j][i]);
+    ptx::mbarrier_wait_parity(c.meta_full_bar + 8 * meta_ring.stage, meta_ring.phase);
+    if (live) store_tile<P, kBlockN>(plan, tile, tile_meta, mt_wg, c.m_tiles, wwarp, lane, acc);
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(c.meta_empty_bar + 8 * meta_ring.stage);
+  }
+}
+
+// One persistent CTA: setup, then the producer warpgroup and the two
+// consumer warpgroups, each with its register budget.
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void prefill_gemm_cta(const GroupedGemmPlan& plan, const FragmentWeights& w,
+                                                 const WgmmaMaps& maps, TokenBlocks mode) {
+  if (!plan_selected(plan)) return;
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  // Broadcast, so that the compiler sees the warp index (and the role
+  // branches on it) as warp-uniform and keeps the wgmma descriptors in
+  // uniform registers. Without it every wgmma waited on two R2UR moves and
+  // their fixed stall (5-12 % of GEMM time).
+  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
+  const Cta<P, kBlockN> c = setup_cta<P, kBlockN>(plan, w, mode, tid, warp, lane);
+  if (warp >= kConsumerWarps) {
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    producer(plan, maps, c, mode, tid - 32 * kConsumerWarps);
+    return;
+  }
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  consumers(plan, c, mode, warp, lane);
+}
+
+// The kernel: one persistent CTA (prefill_gemm_cta), bracketed for
+// programmatic dependent launch — the next kernel may start on the SMs this
+// grid frees, and this grid completes only after the one it may overlap
+// (Sm90PrefillGemmConfig::overlap_previous), so completion stays in stream order.
+template <Projection P, int kBlockN>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_nvfp4_prefill_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan, const __grid_constant__ FragmentWeights w,
+                                 const __grid_constant__ WgmmaMaps maps, TokenBlocks mode) {
+  ptx::griddep_launch_dependents();
+  prefill_gemm_cta<P, kBlockN>(plan, w, maps, mode);
+  ptx::griddep_wait();
+}
+
+// The maps hold the weights' and the operand's addresses, so they are built
+// on the host per call (a graph keeps them by value): the weights' once for
+// every launch of a call (they do not depend on the width), Down's operand
+// map per width (its box is block_n rows).
+WgmmaMaps weight_maps(const GroupedGemmPlan& p, const FragmentWeights& w) {
+  const FragmentGeometry& g = w.geometry;
+  const uint64_t experts = uint64_t(p.local_experts), m_tiles = uint64_t(g.m_tiles);
+  const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes, scale_row = uint64_t(g.k_chunks / kStageChunks) * kScaleWordBytes;
+  WgmmaMaps m{};
+  m.codes = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.codes, {code_row / 4, m_tiles, experts},
+                            {code_row, code_row * m_tiles}, {kStageChunks * kFragBytes / 4, kMTilesPerCta, 1});
+  m.scales = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.scales, {scale_row / 4, m_tiles, experts},
+                             {scale_row, scale_row * m_tiles}, {kScaleWordBytes / 4, kMTilesPerCta, 1});
+  return m;
+}
+
+template <Projection P, int kBlockN>
+void launch(const GroupedGemmPlan& p, const FragmentWeights& w, WgmmaMaps maps, const Sm90PrefillGemmConfig& cfg, int sms,
+            cudaStream_t stream) {
+  if constexpr (P == Projection::Down)
+    maps.act = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act,
+                               {uint64_t(w.geometry.k_chunks) * kMmaChunkK, uint64_t(p.act_rows)},
+                               {uint64_t(p.ld_act) * 2}, {kMmaChunkK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
+  const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
+  const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = dim3(unsigned(grid));
+  lc.blockDim = dim3(kThreads);
+  lc.dynamicSmemBytes = smem;
+  lc.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = &overlap;
+  lc.numAttrs = cfg.overlap_previous ? 1 : 0;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_prefill_gemm_kernel<P, kBlockN>, p, w, maps, cfg.blocks));
+  NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_prefill_gemm_kernel");
+}
+
+template <int kBlockN>
+void prepare(int64_t local) {
+  const size_t smem = Smem<kBlockN>::bytes(local);
+  allow_smem_at_least(sm90_nvfp4_prefill_gemm_kernel<Projection::GateUp, kBlockN>, smem);
+  allow_smem_at_least(sm90_nvfp4_prefill_gemm_kernel<Projection::Down, kBlockN>, smem);
+}
+
+// Calls f(std::integral_constant<int, W>) for each W of kWgmmaWidths until
+// one returns true; returns whether one did.
+template <typename F, size_t... I>
+bool for_each_width_impl(F&& f, std::index_sequence<I...>) {
+  return (f(std::integral_constant<int, kWgmmaWidths[I]>{}) || ...);
+}
+template <typename F>
+bool for_each_width(F&& f) {
+  return for_each_width_impl(f, std::make_index_sequence<std::size(kWgmmaWidths)>{});
+}
+
+// "128, 96, 64, 32": the widths there are kernels for, for error messages.
+std::string width_list() {
+  std::string s;
+  for (const int width : kWgmmaWidths) s += (s.empty() ? "" : ", ") + std::to_string(width);
+  return s;
+}
+
+// One launch of a plan check_plan accepted, at a width of kWgmmaWidths.
+void dispatch(const GroupedGemmPlan& p, const FragmentWeights& w, const WgmmaMaps& maps, const Sm90PrefillGemmConfig& cfg,
+              int sms, cudaStream_t stream) {
+  for_each_width([&](auto width) {
+    if (cfg.block_n != width.value) return false;
+    if (p.projection == Projection::GateUp) {
+      launch<Projection::GateUp, width.value>(p, w, maps, cfg, sms, stream);
+    } else {
+      launch<Projection::Down, width.value>(p, w, maps, cfg, sms, stream);
+    }
+    return true;
+  });
+}
+
+// The plan and weights against the kernel's contract (every launch of a plan alike).
+void check_plan(const GroupedGemmPlan& p, const FragmentWeights& w) {
+  const FragmentGeometry& g = w.geometry;
+  NVFP4_CHECK(w.codes && w.scales, "sm90_nvfp4_prefill_gemm: weights (codes, scales) are null");
+  NVFP4_CHECK(g.m_tiles > 0 && g.k_chunks > 0 && g.k_chunks % kStageChunks == 0,
+              "sm90_nvfp4_prefill_gemm: K must be a positive multiple of ", kStageK, ", got K=", g.k_chunks * kMmaChunkK);
+  const int64_t rows = p.projection == Projection::GateUp ? g.m_tiles * 8 : g.m_tiles * kMmaTileRows;
+  NVFP4_CHECK(rows == p.n_valid, "sm90_nvfp4_prefill_gemm: weights hold ", rows, " output rows, plan wants n_valid=",
+              p.n_valid);
+  NVFP4_CHECK(p.ld_act >= g.k_chunks * kMmaChunkK && p.ld_act % 8 == 0, "sm90_nvfp4_prefill_gemm: operand row stride ",
+              p.ld_act, " must be a multiple of 8 and >= K=", g.k_chunks * kMmaChunkK);
+  NVFP4_CHECK(p.offsets && p.local_experts >= 1 && p.local_experts <= kMaxLocalExperts,
+              "sm90_nvfp4_prefill_gemm: needs plan.offsets and 1 <= local_experts <= ", kMaxLocalExperts, ", got ",
+              p.local_experts, p.offsets ? "" : " (offsets null)");
+  NVFP4_CHECK(p.act && p.act_g && p.pair_of_pos && p.w_global,
+              "sm90_nvfp4_prefill_gemm: plan is missing an operand (act, act_g, pair_of_pos, w_global)");
+  NVFP4_CHECK(p.act_rows >= 1, "sm90_nvfp4_prefill_gemm: plan.act_rows (rows of act) must be set, got ", p.act_rows);
+  NVFP4_CHECK(aligned_to(p.act, 16) && aligned_to(w.codes, 16) && aligned_to(w.scales, 16),
+              "sm90_nvfp4_prefill_gemm: act, codes and scales must be 16-byte aligned");
+  if (p.projection == Projection::GateUp) {
+    NVFP4_CHECK(p.h_out && p.ld_h >= p.n_valid, "sm90_nvfp4_prefill_gemm (gate/up): h output missing or ld_h ", p.ld_h,
+                " < I=", p.n_valid);
+    NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_prefill_gemm (gate/up): top_k must be positive, got ", p.top_k);
+  } else {
+    NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_prefill_gemm (down): y_pair and topk_weights are required");
+  }
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Sm90PrefillGemmConfig& c) {
+  const char* blocks[] = {"All", "Split"};
+  return os << "Sm90PrefillGemmConfig{block_n=" << c.block_n << ", grid=" << c.grid
+            << ", blocks=" << blocks[int(c.blocks)] << ", overlap_previous=" << c.overlap_previous << "}";
+}
+
+void sm90_nvfp4_prefill_gemm_prepare(int64_t local_experts) {
+  NVFP4_CHECK(local_experts >= 1 && local_experts <= kMaxLocalExperts, "sm90_nvfp4_prefill_gemm: local_experts=",
+              local_experts, " outside [1, ", kMaxLocalExperts, "]");
+  int device = 0, optin = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  NVFP4_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  size_t need = 0;
+  for_each_width([&](auto width) {
+    need = std::max(need, Smem<width.value>::bytes(local_experts));
+    return false;
+  });
+  NVFP4_CHECK(need <= size_t(optin), "sm90_nvfp4_prefill_gemm: ", need, " bytes of shared memory for ", local_experts,
+              " local experts exceed the device's ", optin);
+  for_each_width([&](auto width) {
+    prepare<width.value>(local_experts);
+    return false;
+  });
+}
+
+void sm90_nvfp4_prefill_gemm(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90PrefillGemmConfig& cfg,
+                           cudaStream_t stream) {
+  check_plan(p, w);
+  // Before any device query: a bad width is a host error even without a GPU.
+  NVFP4_CHECK(is_wgmma_width(cfg.block_n), "sm90_nvfp4_prefill_gemm: no kernel for block_n=", cfg.block_n, " (have ", width_list(), ")");
+  dispatch(p, w, weight_maps(p, w), cfg, sm_count(), stream);
+}
+
+void sm90_nvfp4_prefill_gemm_split(const GroupedGemmPlan& p, const FragmentWeights& w, cudaStream_t stream) {
+  check_plan(p, w);
+  const int sms = sm_count();
+  const WgmmaMaps maps = weight_maps(p, w);
+  for (const int width : kWgmmaWidths)
+    dispatch(p, w, maps, Sm90PrefillGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
+}
+
+}  // namespace nvfp4moe::cuda

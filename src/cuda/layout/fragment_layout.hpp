@@ -1,0 +1,102 @@
+// Fragment layout of sm90_nvfp4_decode_gemm, the register-direct decode GEMM:
+// NVFP4 weights stored so that ONE 16-byte load per lane and chunk feeds the
+// A fragments of four mma.sync.m16n8k16 (BF16) instructions, and 11 integer
+// operations turn 8 codes into 4 BF16x2 registers (1.4 per value, under the
+// ~1.5 that streaming 4.4 TB/s allows; docs/kernels.md).
+//
+// Units of the layout, per expert and projection:
+//   m-tile: 16 weight rows (the mma M). GateUp: rows 0..7 are GATE rows
+//     i0..i0+7 and rows 8..15 the UP rows of the same i (i0 = 8 * m-tile), so
+//     one thread's accumulators hold gate and up of the same (i, token) and
+//     the SwiGLU runs in registers. Down: rows 16 * m-tile + 0..15.
+//   chunk: 64 columns of K. Lane (g = lane / 4, t = lane % 4) of the warp owns
+//     the 16 columns [64c + 16t, 64c + 16t + 16) of rows g and g + 8 — ONE
+//     scale block per row — and the activation operand is the same 16
+//     contiguous columns of its token (two 16-byte loads, no shuffles).
+//   codes: [expert][m_tiles][k_chunks][32 lanes] x 16 bytes; 32-bit word s of
+//     a lane is mma k-step s of the chunk and holds the 8 codes of A fragment
+//     registers a0..a3 (rows g, g+8, g, g+8) for columns 16t + 4s + {0,1}
+//     (a0, a1) and 16t + 4s + {2,3} (a2, a3), at the bit positions below.
+//   scales: [expert][m_tiles][k_chunks / 2][32 lanes] x 4 bytes; byte 2j + r
+//     is the UE4M3 scale of row g + 8r for chunk 2 * (index) + j, block 4c + t.
+//
+// The dot product is invariant under a permutation of K applied to both
+// operands, so assigning logical columns to mma k-slots this way is exact.
+//
+// Bit positions inside a fragment word (per 16-bit half h, code of half h of
+// register i): each register becomes the BF16 bit pattern of value(q) * 2^-126
+// — sign at bit 15, the 3 magnitude bits (E2M1 exponent and mantissa) at bits
+// 8..6, so E2M1's subnormal 0.5 maps onto BF16's subnormal and the map is
+// linear. The kernel multiplies by s * 2^118 (a BF16 product, exact) and the
+// epilogue by 2^8.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/layout/projection.hpp"
+#include "format/nvfp4_codec.hpp"
+
+namespace nvfp4moe::cuda {
+
+constexpr int kMmaTileRows = 16;   // rows of one m-tile
+constexpr int kMmaChunkK = 64;     // K columns of one chunk
+constexpr int kMmaScaleChunks = 2; // chunks per 32-bit scale word of a lane
+// Source bit of the lowest magnitude bit / of the sign, for register i, half 0.
+constexpr int kFragMagBit[4] = {6, 3, 0, 9};
+constexpr int kFragSignBit[4] = {15, 12, 14, 13};
+// value(q) * 2^-126 in the BF16 pattern: the kernel's scale and epilogue undo it.
+constexpr float kFragScaleBoost = 0x1p118f;   // multiplies f32(s) before the BF16 product
+constexpr float kFragEpilogue = 256.0f;       // 2^126 / 2^118
+
+// 8 codes (low nibbles used) -> one fragment word: codes[2 * i + h] is half h
+// of register i.
+NVFP4_HD uint32_t pack_fragment_word(const uint8_t (&codes)[8]) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t c = codes[2 * i + h];
+      w |= (c & 7u) << (kFragMagBit[i] + 16 * h);
+      w |= ((c >> 3) & 1u) << (kFragSignBit[i] + 16 * h);
+    }
+  return w;
+}
+
+// The kernel's decode: 4 registers of BF16x2 bit patterns, value(q) * 2^-126.
+// 11 integer operations (4 masks, 5 shifts, 2 ors).
+NVFP4_HD void unpack_fragment_word(uint32_t w, uint32_t (&out)[4]) {
+  out[0] = w & 0x81C081C0u;
+  out[1] = (w << 3) & 0x81C081C0u;
+  out[2] = ((w << 6) & 0x01C001C0u) | ((w << 1) & 0x80008000u);
+  out[3] = ((w >> 3) & 0x01C001C0u) | ((w << 2) & 0x80008000u);
+}
+
+// Geometry of one projection in the fragment layout.
+struct FragmentGeometry {
+  int64_t m_tiles = 0, k_chunks = 0;
+  int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * 32 * 16; }
+  int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * 32 * 4; }
+};
+// One projection's weights of all local experts in the fragment layout.
+struct FragmentWeights {
+  const uint8_t* codes = nullptr;   // [E_local] x geometry.code_bytes_per_expert()
+  const uint8_t* scales = nullptr;  // [E_local] x geometry.scale_bytes_per_expert()
+  FragmentGeometry geometry;
+};
+
+// Whether a layer of this H, I has the fragment layout (both projections):
+// I % 8 == 0 and H, I multiples of 128.
+bool fragment_layout_fits(int64_t hidden, int64_t intermediate);
+
+// GateUp: M = 2I (I/8 m-tiles), K = H. Down: M = H, K = I. Throws unless the
+// rows fill whole m-tiles and K whole scale words (I % 8, K % 128).
+FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t intermediate);
+
+// Linear NVFP4 bytes of ONE expert -> fragment layout. GateUp: codes [2I, H/2]
+// (gate rows then up rows), scales [2I, H/16]; Down: codes [H, I/2], scales [H, I/16].
+void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden,
+                      int64_t intermediate, uint8_t* out_codes, uint8_t* out_scales);
+// The inverse (tests).
+void unpack_fragment_weights(Projection p, const uint8_t* packed_codes, const uint8_t* packed_scales,
+                        int64_t hidden, int64_t intermediate, uint8_t* codes, uint8_t* scales);
+
+}  // namespace nvfp4moe::cuda

@@ -1,0 +1,91 @@
+// GroupedGemmPlan: what every grouped NVFP4 GEMM kernel of the routed
+// experts takes (decode sm90_nvfp4_decode_gemm, prefill
+// sm90_nvfp4_prefill_gemm, and the reference grouped_gemm_ref):
+//
+//   D[n, pos] = alpha(pos, n) * sum_k W_e[n, k] * A[row(pos), k]
+//
+// for every position `pos` of expert e's group (kernels/grouping.hpp), with
+// W_e the expert's NVFP4 weights dequantized EXACTLY in registers
+// (value(q) * f32(s) is exact in BF16) and A the activation operand
+// (value(q) * f32(s) of the staged activations, BF16, exact). alpha =
+// g_act(row) * g_w(e, projection) is applied in FP32 in the epilogue, then the
+// fused SwiGLU (gate/up) or the routing weight (down).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cuda/layout/projection.hpp"
+#include "cuda/layout/tile_layout.hpp"
+
+namespace nvfp4moe::cuda {
+
+// One unit of GEMM work: kGemmTileTokens consecutive positions of one expert.
+struct GemmTile {
+  int32_t expert;  // local id
+  int32_t begin;   // first position
+  int32_t rows;    // positions in this tile (<= kGemmTileTokens)
+  int32_t pad;
+};
+constexpr int kGemmTileTokens = 64;  // positions per work tile
+
+// Upper bound on the work list length for `pairs` pairs.
+inline int64_t max_gemm_tiles(int64_t pairs, int64_t local_experts, int tile_rows) {
+  return (pairs + tile_rows - 1) / tile_rows + local_experts;
+}
+
+struct GroupedGemmPlan {
+  Projection projection = Projection::GateUp;
+  const uint8_t* weights = nullptr;  // [local experts] x bytes_per_expert(), tile layout
+  PackedGeometry geometry;
+  int64_t n_valid = 0;               // real output rows: I (GateUp, per half) or H (Down)
+  const float* w_global = nullptr;   // GateUp: [E_local, 2] (gate, up); Down: [E_local]
+
+  const __nv_bfloat16* act = nullptr;  // operand rows [act_rows, ld_act], K = k_steps * 64 (zero tail)
+  int64_t ld_act = 0;
+  int64_t act_rows = 0;  // rows `act` holds (bounds the wgmma kernel's TMA copies of Down's operand)
+  // Row of `act` and of `act_g` for a position: GateUp: the token, pair_of_pos[pos] / top_k;
+  // Down: the position itself.
+  const int32_t* pair_of_pos = nullptr;
+  int top_k = 1;
+  const float* act_g = nullptr;
+
+  const GemmTile* tiles = nullptr;
+  const int32_t* num_tiles = nullptr;  // device
+  int64_t max_tiles = 0;               // grid bound
+  // The group starts (grouping.hpp); the wgmma kernel schedules its own
+  // token blocks from them instead of `tiles`.
+  const int32_t* offsets = nullptr;    // device [local_experts + 1]
+  int64_t local_experts = 0;
+
+  // Device-side choice between kernels, with no host synchronisation: with
+  // `live_pairs` set (offsets + local_experts), a kernel does its work only
+  // when pairs_above < *live_pairs <= pairs_at_most, and exits at once
+  // otherwise. The launcher of several candidates gives them disjoint ranges.
+  const int32_t* live_pairs = nullptr;
+  int32_t pairs_above = -1;
+  int32_t pairs_at_most = std::numeric_limits<int32_t>::max();
+
+  // GateUp epilogue: h[pos, i] = silu(min(gate, L)) * clamp(up, -L, L), f32 [*, ld_h].
+  float* h_out = nullptr;
+  int64_t ld_h = 0;
+  bool has_limit = false;
+  float limit = 0.0f;
+  // Down epilogue: y_pair[pair, n] = w_pair * alpha * acc, f32 [T*k, H].
+  float* y_pair = nullptr;
+  const float* topk_weights = nullptr;  // [T*k]
+};
+
+#ifdef __CUDACC__
+// Whether a kernel launched with `plan` should do its work (see live_pairs).
+__device__ __forceinline__ bool plan_selected(const GroupedGemmPlan& plan) {
+  if (plan.live_pairs == nullptr) return true;
+  const int32_t n = *plan.live_pairs;
+  return n > plan.pairs_above && n <= plan.pairs_at_most;
+}
+#endif
+
+}  // namespace nvfp4moe::cuda

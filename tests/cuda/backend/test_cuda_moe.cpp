@@ -1,0 +1,376 @@
+// The cuda backend end to end against the CPU backend through the same
+// nvfp4moe::Moe API: router selection identical, outputs within the spec's
+// tolerance (rel L2 <= 1e-2) on a random token subset, every output written,
+// caller routing with -1 slots, bad ids reported without a crash, capacity,
+// NaN isolation, CUDA-graph replay.
+#include "cuda_moe_harness.hpp"
+
+namespace nvfp4moe {
+namespace {
+
+using namespace nvfp4moe::test;
+
+constexpr double kTol = 1e-2;
+constexpr int64_t kSubset = 32;
+
+// A CPU Moe equivalent to a GPU Moe holding experts [first, first+count):
+// those experts as a whole layer of E = count (ids then local).
+Moe cpu_twin(const MoeWeights& w) {
+  MoeWeights c = w;
+  const int64_t n = w.experts.count, H = w.config.hidden;
+  if (w.experts.first_expert != 0 || n != w.config.experts) {
+    c.config.experts = n;
+    c.config.hash_routed = false;
+    c.experts.first_expert = 0;
+    c.router.gate.assign(w.router.gate.begin() + w.experts.first_expert * H,
+                         w.router.gate.begin() + (w.experts.first_expert + n) * H);
+    c.router.bias.assign(w.router.bias.begin() + w.experts.first_expert,
+                         w.router.bias.begin() + w.experts.first_expert + n);
+    c.router.tid2eid.clear();
+    c.router.vocab = 0;
+  }
+  MoeOptions o;
+  o.backend = Backend::Cpu;
+  return Moe(std::move(c), o);
+}
+
+Moe gpu_moe(MoeWeights w, int64_t max_tokens, bool checked = false) {
+  MoeOptions o;
+  o.backend = Backend::Cuda;
+  o.max_tokens = max_tokens;
+  o.checked = checked;
+  return Moe(std::move(w), o);
+}
+
+// Runs the GPU Moe on T tokens (router, or caller routing `ids`/`w`), then the
+// CPU twin on a subset with the GPU's routing; checks selection (router) and
+// error. Returns the GPU output.
+GpuOutput check_against_cpu(Moe& gpu, Moe& cpu, const MoeWeights& w, int64_t T, uint64_t seed,
+                            const std::vector<int32_t>* ids = nullptr, const std::vector<float>* wts = nullptr,
+                            bool x_bf16 = false, bool ids64 = false) {
+  const MoeConfig& c = gpu.config();
+  const int64_t H = c.hidden, k = c.top_k, first = w.experts.first_expert, n = w.experts.count;
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " T=" << T << " H=" << H << " I=" << c.intermediate
+                                    << " E=" << c.experts << " k=" << k << " local=[" << first << "," << first + n
+                                    << ") router=" << (ids == nullptr) << " bf16=" << x_bf16);
+  Rng rng(seed);
+  std::vector<float> x = random_normal(rng, T * H);
+  if (x_bf16)
+    for (float& v : x) v = bf16_to_float(bf16_from_float(v));
+  GpuOutput g = gpu_forward(gpu, x, T, ids, wts, nullptr, x_bf16, ids64);
+  EXPECT_TRUE(all_finite(g.y)) << "non-finite GPU output";
+
+  const std::vector<int64_t> sub = token_subset(rng, T, kSubset);
+  const int64_t S = int64_t(sub.size());
+  std::vector<float> xs = rows_of(x, H, sub);
+  std::vector<int32_t> gid = rows_of(g.ids, k, sub);
+  std::vector<float> gw = rows_of(g.weights, k, sub);
+  if (!ids) {  // the router must select identically
+    const HostResult c = cpu.forward_host({.x = xs, .tokens = S});
+    const std::vector<int32_t>& cid = c.topk_ids;
+    const std::vector<float>& cw = c.topk_weights;
+    EXPECT_EQ(cid, gid) << "router selection differs from the CPU";
+    for (size_t i = 0; i < cw.size(); ++i) EXPECT_NEAR(gw[i], cw[i], 1e-6f * std::fabs(cw[i]) + 1e-7f) << "weight " << i;
+  } else {
+    EXPECT_EQ(gid, rows_of(*ids, k, sub)) << "topk_ids output is not the caller's routing";
+  }
+  // CPU on the subset with the GPU's routing (local ids for an EP slice).
+  for (int32_t& e : gid) e = (e >= first && e < first + n) ? int32_t(e - first) : -1;
+  std::vector<float> ys = cpu.forward_host({.x = xs, .tokens = S, .topk_ids = gid, .topk_weights = gw}).y;
+  double norm = 0;
+  for (float v : ys) norm += double(v) * v;
+  EXPECT_GT(norm, 1e-6 * double(ys.size())) << "the reference output is (nearly) zero: the comparison would prove nothing";
+  const double err = rel_l2(rows_of(g.y, H, sub), ys);
+  EXPECT_LE(err, kTol) << "relative L2 error vs the CPU backend";
+  std::printf("    [T=%lld H=%lld E=%lld local=%lld] rel L2 vs cpu = %.3g\n", (long long)T, (long long)H,
+              (long long)c.experts, (long long)n, err);
+  return g;
+}
+
+MoeConfig odd_config() {
+  MoeConfig c;
+  c.hidden = 208;
+  c.intermediate = 144;
+  c.experts = 10;
+  c.top_k = 3;
+  c.shared_experts = 0;
+  c.routed_scaling_factor = 2.5f;
+  return c;
+}
+
+TEST(CudaMoe, SmallGeometriesRouterMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  MoeConfig k1 = small_demo_config();
+  k1.experts = 4;
+  k1.top_k = 1;
+  k1.scoring = Scoring::Sigmoid;
+  for (MoeConfig cfg : {small_demo_config(), odd_config(), k1}) {
+    MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+    Moe gpu = gpu_moe(w, 300);
+    Moe cpu = cpu_twin(w);
+    for (int64_t T : {1, 7, 64, 300}) check_against_cpu(gpu, cpu, w, T, rng.next());
+  }
+}
+
+TEST(CudaMoe, Bf16InputAndInt64Ids) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  const MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 64);
+  Moe cpu = cpu_twin(w);
+  check_against_cpu(gpu, cpu, w, 33, rng.next(), nullptr, nullptr, /*x_bf16=*/true);
+  std::vector<int32_t> ids;
+  std::vector<float> wt;
+  ep_routing(rng, 40, cfg.top_k, cfg.experts, 0, cfg.experts, ids, wt);
+  check_against_cpu(gpu, cpu, w, 40, rng.next(), &ids, &wt, false, /*ids64=*/true);
+}
+
+TEST(CudaMoe, StaticInputScales) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  MoeConfig cfg = small_demo_config();
+  cfg.l1_input = InputScaleMode::Static;
+  cfg.l2_input = InputScaleMode::Static;
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 128);
+  Moe cpu = cpu_twin(w);
+  check_against_cpu(gpu, cpu, w, 128, rng.next());
+}
+
+TEST(CudaMoe, HashRoutingMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  MoeConfig cfg = small_demo_config();
+  cfg.hash_routed = true;
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next(), 0, 0, 512);
+  Moe gpu = gpu_moe(w, 64);
+  Moe cpu = cpu_twin(w);
+  const int64_t T = 50, H = cfg.hidden;
+  std::vector<float> x = random_normal(rng, T * H);
+  std::vector<int32_t> tok(static_cast<size_t>(T));
+  for (auto& t : tok) t = int32_t(rng.below(512));
+  GpuOutput g = gpu_forward(gpu, x, T, nullptr, nullptr, &tok);
+  const HostResult c = cpu.forward_host({.x = x, .tokens = T, .token_ids = tok});
+  EXPECT_EQ(g.ids, c.topk_ids);
+  EXPECT_LE(rel_l2(g.y, c.y), kTol);
+  // A token id outside [0, vocab) is reported, not a crash.
+  tok[3] = 100000;
+  gpu_forward(gpu, x, T, nullptr, nullptr, &tok);
+  try {
+    gpu.sync_errors();
+    FAIL() << "bad token id not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("100000"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaMoe, CallerRoutingWithMinusOneSlots) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 100);
+  Moe cpu = cpu_twin(w);
+  std::vector<int32_t> ids;
+  std::vector<float> wt;
+  ep_routing(rng, 100, cfg.top_k, cfg.experts, 0, cfg.experts, ids, wt);
+  for (int64_t j = 0; j < cfg.top_k; ++j) ids[size_t(5 * cfg.top_k + j)] = -1;  // token 5: shared expert only
+  for (size_t i = 0; i < ids.size(); i += 7) ids[i] = -1;
+  check_against_cpu(gpu, cpu, w, 100, rng.next(), &ids, &wt);
+}
+
+// DeepSeek-V4-Pro geometry, one EP8 rank: 48 local experts of 384, the pairs
+// the rank receives from 8T tokens (non-local slots -1, tokens with none dropped).
+TEST(CudaMoe, DeepSeekV4ProEp8Rank) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  const MoeConfig cfg = dsv4_pro_config();
+  const int64_t rank = rng.below(8), first = rank * 48;
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next(), first, 48);
+  Moe gpu = gpu_moe(w, 4096);
+  Moe cpu = cpu_twin(w);
+  for (int64_t T : {1, 64, 512}) {
+    std::vector<int32_t> ids, kept;
+    std::vector<float> wt, kept_w;
+    ep_routing(rng, 8 * T, cfg.top_k, cfg.experts, first, 48, ids, wt);
+    for (int64_t t = 0; t < 8 * T; ++t) {
+      bool any = false;
+      for (int64_t j = 0; j < cfg.top_k; ++j) any |= ids[size_t(t * cfg.top_k + j)] >= 0;
+      if (!any && !(t == 0 && kept.empty() && 8 * T == 8)) continue;
+      kept.insert(kept.end(), ids.begin() + t * cfg.top_k, ids.begin() + (t + 1) * cfg.top_k);
+      kept_w.insert(kept_w.end(), wt.begin() + t * cfg.top_k, wt.begin() + (t + 1) * cfg.top_k);
+    }
+    const int64_t Tin = int64_t(kept.size()) / cfg.top_k;
+    if (Tin == 0) continue;
+    check_against_cpu(gpu, cpu, w, Tin, rng.next(), &kept, &kept_w);
+  }
+}
+
+// DeepSeek-V4-Pro geometry, all 384 experts on one GPU, the router on.
+TEST(CudaMoe, DeepSeekV4ProEp1Router) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  const MoeConfig cfg = dsv4_pro_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 4096);
+  Moe cpu = cpu_twin(w);
+  w = MoeWeights{};  // 14 GB less on the host
+  MoeWeights meta;
+  meta.config = cfg;
+  meta.experts.count = cfg.experts;
+  for (int64_t T : {1, 4096}) check_against_cpu(gpu, cpu, meta, T, rng.next());
+}
+
+TEST(CudaMoe, OutOfRangeExpertIdIsReportedOthersIntact) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 64);
+  const int64_t T = 20, H = cfg.hidden, k = cfg.top_k;
+  std::vector<float> x = random_normal(rng, T * H);
+  std::vector<int32_t> ids;
+  std::vector<float> wt;
+  ep_routing(rng, T, k, cfg.experts, 0, cfg.experts, ids, wt);
+  std::vector<int32_t> good = ids;
+  good[size_t(4 * k + 2)] = -1;
+  good[size_t(9 * k + 0)] = -1;
+  GpuOutput ref = gpu_forward(gpu, x, T, &good, &wt);
+  gpu.sync_errors();  // nothing recorded
+  std::vector<int32_t> bad = ids;
+  bad[size_t(4 * k + 2)] = 999;
+  bad[size_t(9 * k + 0)] = -5;
+  GpuOutput got = gpu_forward(gpu, x, T, &bad, &wt);
+  try {
+    gpu.sync_errors();
+    FAIL() << "out-of-range expert id not reported";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("expert id"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("999") != std::string::npos || m.find("-5") != std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(gpu.sync_errors()) << "the error word must be cleared once reported";
+  // Bad slots contribute nothing: identical to the -1 run, bit for bit.
+  EXPECT_EQ(std::memcmp(got.y.data(), ref.y.data(), got.y.size() * 4), 0);
+  // checked mode reports at once.
+  Moe checked = gpu_moe(w, 64, /*checked=*/true);
+  EXPECT_THROW(gpu_forward(checked, x, T, &bad, &wt), Error);
+  // forward_host is synchronising: it reports too.
+  EXPECT_THROW(gpu.forward_host({.x = x, .tokens = T, .topk_ids = bad, .topk_weights = wt}).y, Error);
+}
+
+TEST(CudaMoe, TokensAboveCapacityAndBadTensorsAreHostErrors) {
+  SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, 1);
+  Moe gpu = gpu_moe(w, 16);
+  std::vector<float> x(size_t(17 * cfg.hidden), 0.5f);
+  try {
+    gpu.forward_host({.x = x, .tokens = 17}).y;
+    FAIL() << "T above capacity accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("T=17"), std::string::npos) << m;
+    EXPECT_NE(m.find("max_tokens=16"), std::string::npos) << m;
+  }
+  // Host tensors handed to a cuda forward, and a wrong width.
+  TensorView hx = make_view(x.data(), DType::F32, {17, cfg.hidden});
+  std::vector<uint16_t> y(size_t(17 * cfg.hidden));
+  ForwardOutputs o;
+  o.y = make_view(y.data(), DType::BF16, {17, cfg.hidden});
+  try {
+    gpu.forward(make_view(x.data(), DType::F32, {2, cfg.hidden}), {}, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x: on cpu"), std::string::npos) << e.what();
+  }
+  cuda::DeviceBuffer<float> dx(size_t(2 * cfg.hidden));
+  try {
+    gpu.forward(make_view(dx.get(), DType::F32, {2, cfg.hidden / 2}, DeviceKind::Cuda), {}, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x: shape"), std::string::npos) << e.what();
+  }
+  (void)hx;
+}
+
+TEST(CudaMoe, NanTokenOnlyAffectsItself) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 32);
+  const int64_t T = 12, H = cfg.hidden, k = cfg.top_k;
+  std::vector<float> x = random_normal(rng, T * H);
+  std::vector<int32_t> ids;
+  std::vector<float> wt;
+  ep_routing(rng, T, k, cfg.experts, 0, cfg.experts, ids, wt);
+  GpuOutput clean = gpu_forward(gpu, x, T, &ids, &wt);
+  x[size_t(3 * H + 17)] = NAN;
+  GpuOutput dirty = gpu_forward(gpu, x, T, &ids, &wt);
+  for (int64_t t = 0; t < T; ++t) {
+    bool any_nan = false;
+    for (int64_t h = 0; h < H; ++h) any_nan |= std::isnan(dirty.y[size_t(t * H + h)]);
+    if (t == 3) {
+      EXPECT_TRUE(any_nan) << "the NaN token's output must be NaN";
+    } else {
+      EXPECT_EQ(std::memcmp(&dirty.y[size_t(t * H)], &clean.y[size_t(t * H)], size_t(H) * 4), 0) << "token " << t;
+    }
+  }
+}
+
+TEST(CudaMoe, GraphCaptureReplaysIdentically) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const MoeConfig cfg = small_demo_config();
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 64);
+  const int64_t T = 64, H = cfg.hidden;
+  std::vector<float> x = random_normal(rng, T * H);
+  cuda::DeviceBuffer<float> dx(x.size());
+  cuda::DeviceBuffer<uint16_t> dy(size_t(T * H));
+  dx.upload(x.data(), x.size());
+  cuda::CudaStream s;
+  ForwardOutputs o;
+  o.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+  TensorView vx = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+  gpu.forward(vx, {}, o, {.stream = s.get()});  // eager (also warms cuBLAS up outside the capture)
+  std::vector<uint16_t> eager(size_t(T * H)), replay(size_t(T * H));
+  dy.download(eager.data(), eager.size(), s.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+
+  cudaGraph_t graph;
+  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+  gpu.forward(vx, {}, o, {.stream = s.get()});
+  NVFP4_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
+  cudaGraphExec_t exec;
+  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, dy.bytes(), s.get()));
+    NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s.get()));
+    dy.download(replay.data(), replay.size(), s.get());
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    EXPECT_EQ(replay, eager) << "graph replay " << rep << " differs from the eager forward";
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace nvfp4moe
