@@ -23,20 +23,7 @@ namespace {
 using test::FixtureModel;
 using test::ScratchDir;
 
-class ModelLayouts : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = test::fresh_seed();
-    model_ = test::make_fixture_model(seed_);
-    test::write_deepseek_layout(model_, dir_ / "a");
-    test::write_huggingface_layout(model_, dir_ / "b");
-  }
-  std::string a() const { return dir_ / "a"; }
-  std::string b() const { return dir_ / "b"; }
-  uint64_t seed_ = 0;
-  FixtureModel model_;
-  ScratchDir dir_;
-};
+using ModelLayouts = test::ModelDirsTest;
 
 TEST_F(ModelLayouts, LayoutIsToldFromTheTensorNames) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
