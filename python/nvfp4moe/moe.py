@@ -168,7 +168,7 @@ def load_moe(model_dir: str, layer: int, device="cpu", *, static_input_scales: b
              first_expert: int = 0, expert_count: int = -1, mtp: bool = False, **options) -> Moe:
     """Loads layer `layer` of a DeepSeek-V4 NVFP4 directory, in DeepSeek's
     layout (layers.L.ffn.*, as NVIDIA publishes it) or Hugging Face's
-    (model.layers.L.mlp.*), onto `device` (docs/checkpoints.md).
+    (model.layers.L.mlp.*), onto `device` (docs/checkpoints.md, docs/numerics.md §4).
     static_input_scales=True quantizes activations with the checkpoint's
     input_scale instead of per token. first_expert/expert_count load one
     expert-parallel rank's experts; mtp=True loads MTP block `layer`.

@@ -12,6 +12,7 @@
 #include "common/json.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
+#include "support/moe_test_util.hpp"
 #include "support/shared_fp8_util.hpp"
 #include "support/test_util.hpp"
 
@@ -293,14 +294,7 @@ void write_deepseek_configs(const FixtureModel& m, const std::string& dir) {
 FixtureModel make_fixture_model(uint64_t seed) {
   Rng rng(seed);
   FixtureModel m;
-  MoeConfig& c = m.config;
-  c.hidden = kH;
-  c.intermediate = kI;
-  c.experts = kE;
-  c.top_k = kTopK;
-  c.shared_experts = 1;
-  c.routed_scaling_factor = 1.5f;
-  c.swiglu_limit = 10.0f;
+  const MoeConfig& c = m.config = small_config(kH, kI, kE, kTopK);  // one shared expert, rho 1.5, limit 10
   for (int L = 0; L < FixtureModel::kLayers; ++L) m.layers.push_back(layer_weights(c, L < FixtureModel::kHashLayers, rng));
   m.mtp = layer_weights(c, false, rng);
   m.mtp.experts = ExpertWeights{};

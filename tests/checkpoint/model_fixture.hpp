@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_files.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/moe.hpp"
 
@@ -57,6 +58,23 @@ void replace_in_model(const std::string& dir, const std::string& name, DType dty
 // Every field of a loaded layer against the weights it was written from
 // (gtest expectations; the shared expert must be FP8).
 void expect_same_layer(const MoeWeights& got, const MoeWeights& want);
+
+// A test with a fresh model (fresh seed) written in both layouts: dir_/a
+// (DeepSeek) and dir_/b (Hugging Face).
+class ModelDirsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = fresh_seed();
+    model_ = make_fixture_model(seed_);
+    write_deepseek_layout(model_, dir_ / "a");
+    write_huggingface_layout(model_, dir_ / "b");
+  }
+  std::string a() const { return dir_ / "a"; }
+  std::string b() const { return dir_ / "b"; }
+  uint64_t seed_ = 0;
+  FixtureModel model_;
+  ScratchDir dir_;
+};
 
 // Exit status, stdout and stderr of the nvfp4moe tool run with `args`.
 struct ToolRun {

@@ -37,18 +37,7 @@ void expect_range(const json::Value& layer, const char* key, std::pair<float, fl
   EXPECT_EQ(r->find("count")->as_int(), count);
 }
 
-class InspectModel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = test::fresh_seed();
-    model_ = test::make_fixture_model(seed_);
-    test::write_deepseek_layout(model_, dir_ / "a");
-    test::write_huggingface_layout(model_, dir_ / "b");
-  }
-  uint64_t seed_ = 0;
-  FixtureModel model_;
-  ScratchDir dir_;
-};
+using InspectModel = test::ModelDirsTest;
 
 TEST_F(InspectModel, DeepSeekLayoutSummaryInText) {
   const test::ToolRun r = test::run_tool("inspect " + (dir_ / "a"));

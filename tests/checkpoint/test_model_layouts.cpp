@@ -23,20 +23,7 @@ namespace {
 using test::FixtureModel;
 using test::ScratchDir;
 
-class ModelLayouts : public ::testing::Test {
- protected:
-  void SetUp() override {
-    seed_ = test::fresh_seed();
-    model_ = test::make_fixture_model(seed_);
-    test::write_deepseek_layout(model_, dir_ / "a");
-    test::write_huggingface_layout(model_, dir_ / "b");
-  }
-  std::string a() const { return dir_ / "a"; }
-  std::string b() const { return dir_ / "b"; }
-  uint64_t seed_ = 0;
-  FixtureModel model_;
-  ScratchDir dir_;
-};
+using ModelLayouts = test::ModelDirsTest;
 
 TEST_F(ModelLayouts, LayoutIsToldFromTheTensorNames) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
@@ -86,10 +73,11 @@ TEST_F(ModelLayouts, BothLayoutsRunToIdenticalOutputsOnTheCpu) {
   for (int L = 0; L < FixtureModel::kLayers; ++L) {
     SCOPED_TRACE("layer " + std::to_string(L));
     Moe ma(load_moe_layer(ModelDir(a()), L), MoeOptions{}), mb(load_moe_layer(ModelDir(b()), L), MoeOptions{});
-    const HostResult ra = ma.forward_host({.x = x, .tokens = T, .token_ids = tokens});
-    const HostResult rb = mb.forward_host({.x = x, .tokens = T, .token_ids = tokens});
-    const std::vector<float>&ya = ra.y, &yb = rb.y, &wa = ra.topk_weights, &wb = rb.topk_weights;
+    HostBatch batch{x, T};
+    batch.token_ids = std::span<const int32_t>(tokens);
+    const HostResult ra = ma.forward_host(batch), rb = mb.forward_host(batch);
     const std::vector<int32_t>&ids_a = ra.topk_ids, &ids_b = rb.topk_ids;
+    const std::vector<float>&wa = ra.topk_weights, &wb = rb.topk_weights, &ya = ra.y, &yb = rb.y;
     EXPECT_EQ(ids_a, ids_b);
     EXPECT_EQ(wa, wb);
     ASSERT_EQ(ya.size(), yb.size());

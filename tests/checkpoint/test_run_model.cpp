@@ -46,7 +46,9 @@ TEST(RunModel, EitherLayoutRunsALayerAndTheMtpBlockIsRefused) {
     r = test::run_tool("run --model " + (d / "a") + " --ep 2" + args + (d / "ye.safetensors"));
     ASSERT_EQ(r.code, 0) << r.err;
     Moe moe(load_moe_layer(ModelDir(d / "a"), L), MoeOptions{});
-    const std::vector<float> want = moe.forward_host({.x = x, .tokens = T, .token_ids = tokens}).y;
+    HostBatch batch{x, T};
+    batch.token_ids = std::span<const int32_t>(tokens);
+    const std::vector<float> want = moe.forward_host(batch).y;
     EXPECT_EQ(output_of(d / "ya.safetensors"), want);
     EXPECT_EQ(output_of(d / "yb.safetensors"), want);
     EXPECT_EQ(output_of(d / "ye.safetensors"), want);
