@@ -21,6 +21,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/run_inputs.hpp"
 #include "common/splitmix.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
@@ -205,20 +206,6 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
 
 std::string part_path(const std::string& output, int rank) { return output + ".ep-rank" + std::to_string(rank); }
 
-std::vector<int32_t> as_i32(const TensorInfo& t) {
-  std::vector<int32_t> v(size_t(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t.dtype == DType::I32) {
-      std::memcpy(&v[i], t.data + 4 * i, 4);
-    } else {
-      int64_t x;
-      std::memcpy(&x, t.data + 8 * i, 8);
-      v[i] = (x >= -2147483647 - 1 && x <= 2147483647) ? int32_t(x) : int32_t(-2147483647 - 1);
-    }
-  }
-  return v;
-}
-
 int run_rank(const ep::RankEnv& env, const Args& args) {
   const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
   const int layer = int(args.get_int("layer", -1));
@@ -235,47 +222,16 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
   const MoeConfig& cfg = w.config;
   const int64_t H = cfg.hidden, k = cfg.top_k;
 
-  const SafetensorsFile in(input);
-  const TensorInfo* xi = in.find("hidden_states");
-  NVFP4_CHECK(xi && xi->shape.size() == 2 && xi->shape[1] == H, input,
-              ": hidden_states [T, H=", H, "] (bf16 or f32) is required");
-  const int64_t T = xi->shape[0];
+  const RunInputs all = read_run_inputs(input, cfg, layer);
+  const int64_t T = all.tokens;
   const int64_t b = ep_token_begin(T, R, me), e = ep_token_begin(T, R, me + 1), n = e - b;
-  const std::vector<float> x_all = xi->to_f32();
-  const std::vector<float> x(x_all.begin() + b * H, x_all.begin() + e * H);
-  HostBatch batch{.x = x, .tokens = n};
-  std::vector<int32_t> ids, tid;
-  std::vector<float> wts;
-  const TensorInfo* ti = in.find("topk_ids");
-  const TensorInfo* tw = in.find("topk_weights");
-  NVFP4_CHECK(!ti == !tw, input, ": topk_ids and topk_weights must be given together");
-  if (ti) {
-    NVFP4_CHECK(ti->shape == std::vector<int64_t>({T, k}) && tw->shape == std::vector<int64_t>({T, k}) &&
-                    (ti->dtype == DType::I32 || ti->dtype == DType::I64) && tw->dtype == DType::F32,
-                input, ": topk_ids must be int32/int64 [T, k] and topk_weights f32 [T, k], T=", T, " k=", k);
-    const std::vector<int32_t> all = as_i32(*ti);
-    const std::vector<float> allw = tw->to_f32();
-    ids.assign(all.begin() + b * k, all.begin() + e * k);
-    wts.assign(allw.begin() + b * k, allw.begin() + e * k);
-    batch.topk_ids = ids;
-    batch.topk_weights = wts;
-  } else {
-    // The router on the token's rank.
-    if (const TensorInfo* t = in.find("token_ids")) {
-      const std::vector<int32_t> all = as_i32(*t);
-      NVFP4_CHECK(int64_t(all.size()) == T, input, ": token_ids must be [T=", T, "]");
-      tid.assign(all.begin() + b, all.begin() + e);
-    }
-    NVFP4_CHECK(!cfg.hash_routed || !tid.empty() || T == 0, input, ": layer ", layer,
-                " is hash-routed: tensor \"token_ids\" [T] is required (or topk_ids + topk_weights)");
-    if (cfg.hash_routed) batch.token_ids = tid;
-  }
+  const RunInputs in = all.rows(b, e, H, k);
   ep::NcclComm comm(env);
   EpCudaOptions o;
   o.max_tokens_per_rank = std::max<int64_t>(1, ep_token_begin(T, R, 1));  // the largest chunk
   o.checked = true;
   NcclEpMoe moe(comm.get(), w, o);
-  const HostResult r = moe.forward_host(batch);
+  const HostResult r = moe.forward_host(in.batch());
   std::vector<uint16_t> yb(r.y.size());
   for (size_t i = 0; i < r.y.size(); ++i) yb[i] = bf16_from_float(r.y[i]).bits;
   SafetensorsWriter part;
