@@ -42,6 +42,28 @@ struct Scratch {
   std::vector<float> tile, dots;
 };
 
+// One tile item of a grouped NVFP4 GEMM: weight rows `codes` / `scales`
+// (n rows of K columns) times every position in [begin, end) of their
+// expert's group, act(pos) giving a position's activation row; emit(pos, d)
+// receives the position's n dot products. Few positions: the rows are
+// dequantized inside the dots; more: once into the tile.
+template <typename Act, typename Emit>
+void tile_item_dots(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t K,
+                    int64_t begin, int64_t end, Scratch& s, Act&& act, Emit&& emit) {
+  const bool fused = end - begin <= kDotTokens;
+  if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, s.tile.data());
+  for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
+    const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
+    const float* a[kDotTokens];
+    for (int t = 0; t < m; ++t) a[t] = act(pos0 + t);
+    if (fused)
+      nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, K, s.dots.data(), kTileRows, s.tile.data());
+    else
+      dot_rows_tokens(a, m, s.tile.data(), n, K, s.dots.data(), kTileRows);
+    for (int t = 0; t < m; ++t) emit(pos0 + t, s.dots.data() + t * kTileRows);
+  }
+}
+
 }  // namespace
 
 void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
@@ -66,29 +88,17 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   run_items(int64_t(l1_items.size()), threads, [&](int64_t item, int worker) {
     const TileItem it = l1_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
-    Scratch& s = scratch[size_t(worker)];
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
     const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / 16);
     const float g_gate = w.w13_global[size_t(2 * e)], g_up = w.w13_global[size_t(2 * e + 1)];
-    const int64_t begin = groups.offsets[size_t(e)], end = groups.offsets[size_t(e + 1)];
-    // Few tokens: dequantize inside the dots; more: once into the tile.
-    const bool fused = end - begin <= kDotTokens;
-    if (!fused) dequant_rows_noglobal(lut, codes, scales, n, H, s.tile.data());
-    for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
-      const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
-      const float* a[kDotTokens];
-      for (int t = 0; t < m; ++t) a[t] = a_values + int64_t(pairs[groups.pair[size_t(pos0 + t)]].row) * H;
-      if (fused)
-        nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, H, s.dots.data(), kTileRows, s.tile.data());
-      else
-        dot_rows_tokens(a, m, s.tile.data(), n, H, s.dots.data(), kTileRows);
-      for (int t = 0; t < m; ++t) {
-        const int64_t pos = pos0 + t, row = pairs[groups.pair[size_t(pos)]].row;
-        float* out = gateup.data() + pos * 2 * I + it.row0;
-        const float* d = s.dots.data() + t * kTileRows;
-        for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (a_g[row] * (it.row0 + r < I ? g_gate : g_up));
-      }
-    }
+    tile_item_dots(
+        lut, codes, scales, n, H, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
+        [&](int64_t pos) { return a_values + int64_t(pairs[groups.pair[size_t(pos)]].row) * H; },
+        [&](int64_t pos, const float* d) {
+          const int64_t row = pairs[groups.pair[size_t(pos)]].row;
+          float* out = gateup.data() + pos * 2 * I + it.row0;
+          for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (a_g[row] * (it.row0 + r < I ? g_gate : g_up));
+        });
   });
 
   // 2. h = swiglu(gate, up), then QDQ per (token, expert) row (dynamic) or
@@ -113,28 +123,16 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   run_items(int64_t(l2_items.size()), threads, [&](int64_t item, int worker) {
     const TileItem it = l2_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
-    Scratch& s = scratch[size_t(worker)];
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
     const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / 16);
     const float g_w = w.w2_global[size_t(e)];
-    const int64_t begin = groups.offsets[size_t(e)], end = groups.offsets[size_t(e + 1)];
-    const bool fused = end - begin <= kDotTokens;
-    if (!fused) dequant_rows_noglobal(lut, codes, scales, n, I, s.tile.data());
-    for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
-      const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
-      const float* a[kDotTokens];
-      for (int t = 0; t < m; ++t) a[t] = h_values.data() + (pos0 + t) * I;
-      if (fused)
-        nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, I, s.dots.data(), kTileRows, s.tile.data());
-      else
-        dot_rows_tokens(a, m, s.tile.data(), n, I, s.dots.data(), kTileRows);
-      for (int t = 0; t < m; ++t) {
-        const int64_t pos = pos0 + t;
-        float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
-        const float* d = s.dots.data() + t * kTileRows;
-        for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (h_g[size_t(pos)] * g_w);
-      }
-    }
+    tile_item_dots(
+        lut, codes, scales, n, I, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
+        [&](int64_t pos) { return h_values.data() + pos * I; },
+        [&](int64_t pos, const float* d) {
+          float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
+          for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (h_g[size_t(pos)] * g_w);
+        });
   });
 }
 
