@@ -89,7 +89,7 @@ void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g
                      int64_t g_stride, int64_t rows, int64_t cols, Bf16* out);
 std::vector<float> dequantize(const Nvfp4Matrix& m);
 
-// ---- scale-factor layouts (docs/numerics.md §3) ---------------------------------
+// ---- scale-factor layouts (docs/numerics.md §3) ------------------------------
 // Swizzled 128x4 (CUTLASS / vLLM scaled_fp4_quant / FlashInfer): rows padded to
 // a multiple of 128, scale columns k = cols/16 to a multiple of 4, zero bytes.
 int64_t swizzled_scale_bytes(int64_t rows, int64_t k);

@@ -55,7 +55,7 @@ def e2m1_encode(v):
 
 
 def block_scales(amax, g):
-    """Section 2's block scale bytes in FP32, NVIDIA ModelOpt's formula:
+    """docs/numerics.md §2's block scale bytes in FP32, NVIDIA ModelOpt's formula:
     t = amax / f32(6 g) (6 g rounded first, one division), 1 where t == 0,
     clamped to [2^-9, 448], rounded to E4M3. A NaN/Inf g (a row's scope) or
     amax (a block holding NaN/Inf) gives 0x7F, never a clamped value."""
@@ -69,7 +69,7 @@ def block_scales(amax, g):
 
 
 def quantize(x, g):
-    """Spec section 2 in FP32: x [R, K] float32, g [R] float32 per row.
+    """docs/numerics.md §2 in FP32: x [R, K] float32, g [R] float32 per row.
     Returns codes [R, K/2] and linear scales [R, K/16]."""
     x = np.asarray(x, dtype=np.float32)
     R, K = x.shape

@@ -38,9 +38,9 @@ def _f32(bits):
     return np.array(bits, dtype=np.uint32).view(np.float32)
 
 
-# The rules of section 2 that the formula of NVIDIA ModelOpt (NVFP4QTensor)
-# brought, as (row, g, scale bytes, code bytes); the same bytes are pinned
-# in tests/format/test_quantize.cpp. u = 2^-12.
+# The rules of docs/numerics.md §2 that the formula of NVIDIA ModelOpt
+# (NVFP4QTensor) brought, as (row, g, scale bytes, code bytes); the same
+# bytes are pinned in tests/format/test_quantize.cpp. u = 2^-12.
 _U = 2.0**-12
 GOLDEN_RULES = {
     # an all-zero block: scale 1.0 (0x38), codes 0 (-0 too)
