@@ -1,12 +1,12 @@
 // nvfp4moe — the NVFP4 format on the host: codecs, two-level quantization,
-// dequantization and scale-factor layouts (spec sections 1-3).
+// dequantization and scale-factor layouts (docs/numerics.md §1-3).
 //
 // Bytes: codes are packed two per byte (element 2i low nibble), [rows, cols/2];
 // block scales are UE4M3 bit patterns, one per 16 elements, [rows, cols/16]
 // in the LINEAR layout unless a function says swizzled. Global scales g are
 // FP32 in the dequantization direction: x_hat = value(q) * e4m3(s) * g.
 //
-// Every quantizer here is exact per spec section 2 and bit-identical to the
+// Every quantizer here is exact per docs/numerics.md §2 and bit-identical to the
 // scalar `*_ref` versions (tests/format check it); the non-ref versions are
 // vectorised and multithreaded.
 #pragma once
@@ -40,6 +40,14 @@ float abs_max(const float* x, int64_t n);
 float abs_max(const Bf16* x, int64_t n);
 
 // ---- quantization -----------------------------------------------------------
+// docs/numerics.md §2 (NVIDIA ModelOpt's NVFP4QTensor), for each block b of 16
+// elements of a row with global scale g, in IEEE FP32:
+//   s_b = e4m3(clamp(amax_b / f32(6 * g), 2^-9, 448)), 1.0 (0x38) for an all-zero block;
+//   q_i = e2m1(x_i / (f32(s_b) * g)).
+// A NaN/Inf g (a row holding NaN/Inf under a per-row scale) gives scale byte
+// 0x7F and codes 0 in every block of its row; a NaN/Inf element under a
+// given g, in its own block.
+//
 // Quantize rows of X [rows, cols] (row-major, row stride `ld` elements) with
 // row r's global scale g[r * g_stride] (g_stride 0: one g for all rows).
 // cols must be a multiple of 16. Writes codes [rows, cols/2] and linear scale
@@ -81,7 +89,7 @@ void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g
                      int64_t g_stride, int64_t rows, int64_t cols, Bf16* out);
 std::vector<float> dequantize(const Nvfp4Matrix& m);
 
-// ---- scale-factor layouts (spec section 3) ---------------------------------
+// ---- scale-factor layouts (docs/numerics.md §3) ------------------------------
 // Swizzled 128x4 (CUTLASS / vLLM scaled_fp4_quant / FlashInfer): rows padded to
 // a multiple of 128, scale columns k = cols/16 to a multiple of 4, zero bytes.
 int64_t swizzled_scale_bytes(int64_t rows, int64_t k);

@@ -1,5 +1,5 @@
 // nvfp4moe._C: quantize / dequantize / scale layouts over DLPack arrays
-// (spec sections 2-3). Outputs are allocated by the Python layer and written
+// (docs/numerics.md §2-3). Outputs are allocated by the Python layer and written
 // in place; host arrays go through src/format, device arrays through
 // device_format.cu on the caller's stream.
 #include <nanobind/nanobind.h>

@@ -1,6 +1,6 @@
 // NVFP4 quantization, dequantization and scale-layout conversion of arrays in
 // CUDA device memory, for the Python module (device_format.cu). Quantization
-// is the CUDA backend's activation staging (src/cuda/quantize_act.hpp);
+// is the CUDA backend's activation staging (src/cuda/kernels/staging.hpp);
 // dequantization and the layout conversions are small kernels here. Every
 // byte comes from the codecs of src/format/nvfp4_codec.hpp, so the results
 // equal the host quantizer's (tests/python/test_torch.py checks it bit for

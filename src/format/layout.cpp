@@ -1,4 +1,4 @@
-// Scale-factor layout conversions (spec section 3): linear [rows, k] <->
+// Scale-factor layout conversions (docs/numerics.md §3): linear [rows, k] <->
 // swizzled 128x4, the layout of CUTLASS, vLLM's scaled_fp4_quant and
 // FlashInfer. Padding bytes are zero on the way in and ignored on the way out.
 #include <cstring>

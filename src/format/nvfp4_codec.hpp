@@ -1,5 +1,5 @@
 // NVFP4 block format and codecs — one header compiled by the CPU backend and
-// by CUDA kernels, so that both produce the same bytes (spec sections 1-2).
+// by CUDA kernels, so that both produce the same bytes (docs/numerics.md §1-2).
 //
 // Conventions, here where bytes are produced and read:
 //   * E2M1 code: 4 bits, SIGN-MAGNITUDE. Bit 3 = sign, bits 2..0 = index m into
@@ -8,8 +8,10 @@
 //   * Packing: element 2i of a row in the LOW nibble, 2i+1 in the HIGH nibble.
 //   * UE4M3 block scale: one byte per 16 elements, an FP8 E4M3 BIT PATTERN
 //     (0x3F is 1.875, not 63). Reinterpret, never numerically cast.
-//   * The block scale is the dequant factor block_amax/6 divided by the global
-//     scale g, NOT block_amax. g = amax/(6*448) in the dequant direction.
+//   * The block scale is NVIDIA ModelOpt's (NVFP4QTensor): t_b = amax_b /
+//     f32(6 * g) — the dequant factor amax_b/6 in units of the global scale
+//     g, NOT amax_b — then 1 for an all-zero block, clamped to [2^-9, 448]
+//     and rounded to E4M3. g = amax/(6*448) in the dequant direction.
 #pragma once
 
 #include <cmath>
@@ -33,6 +35,7 @@ constexpr int kBlock = 16;            // elements per block scale
 constexpr float kE2M1Max = 6.0f;      // largest E2M1 magnitude
 constexpr float kE4M3Max = 448.0f;    // largest finite E4M3 value
 constexpr float kGlobalDenom = 2688.0f;  // 6 * 448, exact in FP32
+constexpr float kE4M3MinSubnormal = 0x1p-9f;  // smallest positive E4M3 value (byte 0x01)
 constexpr uint8_t kE4M3NaN = 0x7F;    // scale byte of a block holding NaN/Inf
 constexpr uint8_t kE4M3MaxByte = 0x7E;  // 448
 
@@ -102,7 +105,7 @@ NVFP4_HD float e4m3_value(uint8_t b) {
 
 // Nearest E4M3 bit pattern of v: round to nearest even, finite values beyond
 // 448 saturate to 448 (0x7E); NaN and +-Inf give NaN (0x7F, E4M3 has no
-// infinity, and an infinite activation must propagate, spec section 1).
+// infinity, and an infinite activation must propagate, docs/numerics.md §1).
 NVFP4_HD uint8_t e4m3_from_float(float v) {
   uint32_t u = float_to_bits(v);
   uint8_t sign = uint8_t((u >> 24) & 0x80u);
@@ -142,28 +145,9 @@ NVFP4_HD float abs_max_nan(float a, float x) {
 #endif
 }
 
-// The block scale byte for a block with max |x| = amax_b under global scale g
-// (spec section 2): e4m3((amax_b / 6) / g). A non-finite g (a token holding
-// NaN/Inf under a dynamic scale) marks every block of the scope with NaN.
-NVFP4_HD uint8_t block_scale_byte(float amax_b, float g) {
-  if (!is_finite(g)) return kE4M3NaN;
-  return e4m3_from_float((amax_b / kE2M1Max) / g);
-}
-
-// The block's dequant factor d_b = f32(s_b) * g.
-NVFP4_HD float block_dequant_factor(uint8_t scale_byte, float g) { return e4m3_value(scale_byte) * g; }
-
-// Code of element x under dequant factor d: 0 when d == 0, else e2m1(x / d).
-NVFP4_HD uint8_t quantize_element(float x, float d) {
-  return d == 0.0f ? uint8_t(0) : e2m1_from_float(x / d);
-}
-
-// ---- The fast exact path of quantize_element (the CUDA staging kernels) ----
-// Same bytes as quantize_element, without a division per element: one
-// reciprocal per block, then per element a multiply, two Newton corrections
-// (FMA) and an integer E2M1 encode. Tested against quantize_element on the
-// CPU (tests/format/test_fast_quantize.cpp); the host and device share it.
-
+// IEEE FP32 operations that the compiler must not contract or reorder: the
+// block scale's order of operations is the contract (docs/numerics.md §2),
+// and the fast paths below depend on each rounding.
 NVFP4_HD float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);  // never contracted into an FMA
@@ -189,6 +173,51 @@ NVFP4_HD float reciprocal_rn(float d) {
 #endif
 }
 
+// ---- The block scale (docs/numerics.md §2, NVIDIA ModelOpt's NVFP4QTensor) ----
+//   t_b = amax_b / f32(6 * g)      6 * g rounded to FP32 first, then ONE division
+//   t_b = (t_b == 0) ? 1 : t_b     an all-zero block gets scale 1.0 (byte 0x38)
+//   s_b = e4m3(clamp(t_b, 2^-9, 448))
+//   d_b = f32(s_b) * g
+// Not (amax_b / 6) / g: that rounds twice and gives other bytes near E4M3
+// rounding boundaries (an example in tests/format/test_quantize.cpp).
+
+// clamp(t, 2^-9, 448) with NaN kept (both compares false): the clamp keeps a
+// tiny block's scale off E4M3 zero (which would make d_b = 0) and a large
+// one's at the largest finite E4M3 (a static g can put t above 448).
+NVFP4_HD float clamp_block_scale(float t) {
+  return t < kE4M3MinSubnormal ? kE4M3MinSubnormal : (t > kE4M3Max ? kE4M3Max : t);
+}
+
+// The block scale byte for a block with max |x| = amax_b under global scale
+// g, the formula above with IEEE division: the scalar reference of every
+// block scale. NaN marks: a non-finite g (a token holding NaN/Inf under a
+// dynamic scale) gives NaN (0x7F) in every block of the scope, a non-finite
+// amax_b (a NaN or Inf element under a static g) gives NaN in its block —
+// never a clamped 448 for an Inf. (t is NaN otherwise only for g == 0, an
+// amax below 2688 * 2^-150: IEEE's 0/0, byte 0x7F.)
+NVFP4_HD uint8_t block_scale_byte(float amax_b, float g) {
+  if (!is_finite(g) || !is_finite(amax_b)) return kE4M3NaN;
+  float t = amax_b / mul_rn(kE2M1Max, g);  // f32(6 * g) first, then one division
+  t = t == 0.0f ? 1.0f : t;
+  return e4m3_from_float(clamp_block_scale(t));
+}
+
+// The block's dequant factor d_b = f32(s_b) * g.
+NVFP4_HD float block_dequant_factor(uint8_t scale_byte, float g) { return e4m3_value(scale_byte) * g; }
+
+// Code of element x under dequant factor d: e2m1(x / d), an IEEE division.
+// (d is 0 only when f32(s_b) * g underflows; x / 0 then gives code 7 or 15,
+// and 0 / 0 code 0, as the formula says.)
+NVFP4_HD uint8_t quantize_element(float x, float d) { return e2m1_from_float(x / d); }
+
+// ---- The fast exact paths (the CUDA staging kernels) ----
+// Same bytes as block_scale_byte and quantize_element without an IEEE
+// division: a reciprocal per row (block scale) or block (elements), then per
+// quotient a multiply and two Newton corrections (FMA), and an integer E2M1
+// encode. Tested against the IEEE versions on the CPU
+// (tests/format/test_fast_quantize.cpp) and the GPU
+// (tests/cuda/kernels/test_block_scale.cu); the host and device share them.
+
 // The domain where quotient_rn(x, d, reciprocal_rn(d)) == x / d: a finite
 // block (amax_b) whose dequant factor d and quotients stay well inside the
 // normal range (block check), and elements that are 0 or not tiny (element
@@ -213,9 +242,21 @@ NVFP4_HD uint32_t bf16x2_outside_quotient_domain(uint32_t m) {
 }
 
 // RN(x / d) given y = RN(1 / d), inside the domain above. q = RN(x*y) is
-// within 3 ulp of x/d; one Newton step (r = x - d*q exact enough, q += r*y)
-// makes it faithful (< 1 ulp); with a faithful q and y = RN(1/d), Markstein's
-// theorem makes the second step's residual exact and its result RN(x/d).
+// within 1.5 ulp of x/d, not always faithful; one Newton step (r = x - d*q
+// exact enough, q += r*y) makes it faithful (< 1 ulp); with a faithful q and
+// y = RN(1/d), Markstein's theorem makes the second step's residual exact
+// and its result RN(x/d). Tested against IEEE division on every dividend
+// significand for 2^16 divisors, and on all 2^46 significand pairs
+// (tests/cuda/kernels/test_block_scale.cu).
+// NOTES: one correction (return after the first step) is exact too: no
+// theorem covers it (its q is not always faithful), but on an H200 it gave
+// IEEE division's result on all 2^46 significand pairs, which covers every
+// exponent inside the domain (scaling x or d by a power of two scales every
+// intermediate exactly). It is not used: in the staging kernels' element
+// quotients it measured slower (sm90_nvfp4_stage's operand path, 8192 rows
+// of K=7168 BF16: 86 us against 79 us; sm90_nvfp4_requant, 49152 rows of
+// K=3072: 292 against 275 us), and for the block scale, one quotient per 16
+// values, no faster.
 NVFP4_HD float quotient_rn(float x, float d, float y) {
   float q = mul_rn(x, y);
   float r = fma_rn(-d, q, x);
@@ -224,19 +265,30 @@ NVFP4_HD float quotient_rn(float x, float d, float y) {
   return fma_rn(r, y, q);
 }
 
-// RN(1 / 6), the reciprocal that quotient_rn needs for the block scale's first division.
-constexpr float kRecip6 = 0x1.555556p-3f;
+// What the fast block scale of a scope needs, computed once per row (or
+// static scope): g, the divisor f32(6 * g) and its reciprocal.
+struct BlockScaleDivisor {
+  float g;   // the scope's global scale
+  float d6;  // f32(6 * g), as block_scale_byte rounds it
+  float r6;  // reciprocal_rn(d6)
+};
+NVFP4_HD BlockScaleDivisor block_scale_divisor(float g) {
+  const float d6 = mul_rn(kE2M1Max, g);
+  return {g, d6, reciprocal_rn(d6)};
+}
 
-// The quotient (amax_b / 6) / g of block_scale_byte without its two IEEE
-// divisions: two quotient_rn, given rg = reciprocal_rn(g) (once per row).
-// Returns false, and leaves q alone, when amax_b, g or amax_b / 6 is outside
+// The E4M3 input of block_scale_byte, clamp(t_b), without its IEEE division:
+// t_b = RN(amax_b / f32(6 g)) by quotient_rn, then 1 for t_b == 0 and the
+// lower clamp. The upper clamp is left to the conversion: e4m3_from_float and
+// the hardware's satfinite conversion both saturate finite values at 448.
+// Returns false, leaving v alone, where amax_b or the divisor is outside
 // quotient_rn's domain (NaN, Inf, tiny or huge: the caller then takes
-// block_scale_byte); a NaN or Inf g always falls back.
-NVFP4_HD bool block_scale_quotient(float amax_b, float g, float rg, float& q) {
-  if (!fast_quotient_block_ok(amax_b, kE2M1Max) || !fast_quotient_element_ok(amax_b)) return false;
-  const float t = quotient_rn(amax_b, kE2M1Max, kRecip6);
-  if (!fast_quotient_block_ok(t, g) || !fast_quotient_element_ok(t)) return false;
-  q = quotient_rn(t, g, rg);
+// block_scale_byte); a NaN or Inf g always falls back. Inside it t_b >= 2^-120,
+// so t_b == 0 exactly when amax_b == 0.
+NVFP4_HD bool block_scale_quotient(float amax_b, const BlockScaleDivisor& s, float& v) {
+  if (!fast_quotient_block_ok(amax_b, s.d6) || !fast_quotient_element_ok(amax_b)) return false;
+  const float t = quotient_rn(amax_b, s.d6, s.r6);
+  v = t == 0.0f ? 1.0f : fmaxf(t, kE4M3MinSubnormal);
   return true;
 }
 

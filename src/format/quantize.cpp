@@ -1,10 +1,12 @@
-// Two-level NVFP4 quantization of row-major tensors (spec section 2).
+// Two-level NVFP4 quantization of row-major tensors (docs/numerics.md §2).
 //
-// The order of operations is the contract: amax_b, s_b = e4m3((amax_b/6)/g),
-// d_b = f32(s_b)*g, q = e2m1(x/d_b) — with a true division by d_b, never a
-// multiplication by its reciprocal (that changes ties). quantize_block below
+// The order of operations is the contract (NVIDIA ModelOpt's NVFP4QTensor):
+// amax_b, t_b = amax_b / f32(6g) (1 if 0), s_b = e4m3(clamp(t_b, 2^-9, 448)),
+// d_b = f32(s_b)*g, q = e2m1(x/d_b) — with true divisions, never a
+// multiplication by a reciprocal (that changes ties). quantize_block below
 // is written over a fixed 16-wide block so the compiler vectorises it; the
-// scalar quantize_rows_ref is the spec line by line, and tests compare both.
+// scalar quantize_rows_ref is the contract line by line, and tests compare both.
+#include <algorithm>
 #include <cmath>
 
 #include "../common/parallel.hpp"
@@ -51,14 +53,10 @@ inline float block_abs_max(const float* x) {
 
 // One block of 16: writes 8 code bytes and returns the scale byte.
 inline uint8_t quantize_block(const float* x, float g, uint8_t* codes) {
-  uint8_t s = block_scale_byte(block_abs_max(x), g);
-  float d = block_dequant_factor(s, g);
+  const uint8_t s = block_scale_byte(block_abs_max(x), g);
+  const float d = block_dequant_factor(s, g);
   uint8_t q[kBlock];
-  if (d == 0.0f) {
-    for (int i = 0; i < kBlock; ++i) q[i] = 0;
-  } else {
-    for (int i = 0; i < kBlock; ++i) q[i] = e2m1_from_float(x[i] / d);  // a true division (spec 2)
-  }
+  for (int i = 0; i < kBlock; ++i) q[i] = e2m1_from_float(x[i] / d);  // a true division (docs/numerics.md §2)
   for (int i = 0; i < kBlock / 2; ++i) codes[i] = uint8_t(q[2 * i] | (q[2 * i + 1] << 4));
   return s;
 }
@@ -214,11 +212,16 @@ void quantize_rows_ref(const float* x, int64_t rows, int64_t cols, int64_t ld, c
         float a = std::fabs(xb[i]);
         if (std::isnan(a) || a > amax_b) amax_b = a;
       }
-      uint8_t s_b = std::isfinite(gr) ? e4m3_from_float((amax_b / 6.0f) / gr) : uint8_t(0x7F);
-      float d_b = e4m3_value(s_b) * gr;
+      const float six_g = 6.0f * gr;  // rounded to FP32 before the division
+      float t_b = amax_b / six_g;
+      if (t_b == 0.0f) t_b = 1.0f;                              // an all-zero block: scale 1.0
+      t_b = std::min(std::max(t_b, 0x1p-9f), 448.0f);           // NaN stays NaN
+      // A NaN/Inf scope (g) or block (amax_b) is marked NaN, never clamped.
+      const uint8_t s_b = std::isfinite(gr) && std::isfinite(amax_b) ? e4m3_from_float(t_b) : uint8_t(0x7F);
+      const float d_b = e4m3_value(s_b) * gr;
       for (int i = 0; i < 16; i += 2) {
-        uint8_t lo = d_b == 0.0f ? 0 : e2m1_from_float(xb[i] / d_b);
-        uint8_t hi = d_b == 0.0f ? 0 : e2m1_from_float(xb[i + 1] / d_b);
+        const uint8_t lo = e2m1_from_float(xb[i] / d_b);
+        const uint8_t hi = e2m1_from_float(xb[i + 1] / d_b);
         codes[r * (cols / 2) + b * 8 + i / 2] = uint8_t(lo | (hi << 4));
       }
       scales[r * (cols / 16) + b] = s_b;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/parallel.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "support/block_scale_cases.hpp"
 #include "support/test_util.hpp"
@@ -149,7 +150,7 @@ TEST(FastQuantize, PackedBf16DomainCheckIsTheElementCheck) {
 
 TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
   EXPECT_TRUE(fast_quotient_block_ok(6.0f, 1.0f));
-  EXPECT_FALSE(fast_quotient_block_ok(0.0f, 0.0f));                   // d == 0: the all-zero block
+  EXPECT_FALSE(fast_quotient_block_ok(0.0f, 0.0f));                   // d == 0: f32(s) * g underflowed
   EXPECT_FALSE(fast_quotient_block_ok(1.0f, 0x1p-61f));               // tiny d
   EXPECT_FALSE(fast_quotient_block_ok(1.0f, 0x1p61f));                // huge d
   EXPECT_FALSE(fast_quotient_block_ok(0x1p62f, 2.0f));                // quotient above 2^60
@@ -164,16 +165,28 @@ TEST(FastQuantize, DomainRejectsWhatItCannotDivideExactly) {
   EXPECT_FALSE(fast_quotient_element_ok(1e-45f));  // subnormal
 }
 
-TEST(FastQuantize, ReciprocalOfSixIsCorrectlyRounded) {
-  EXPECT_EQ(float_to_bits(kRecip6), float_to_bits(reciprocal_rn(6.0f)));
-  EXPECT_EQ(float_to_bits(kRecip6), 0x3e2aaaabu);
+// The fast block scale byte on the host, as the device forms it
+// (cuda/kernels/block_scale.cuh): block_scale_quotient, then RN with
+// saturation at 448 (the hardware's satfinite conversion is e4m3_from_float
+// on every finite non-negative float: test_block_scale.cu), else the IEEE
+// reference.
+uint8_t fast_block_scale_byte(float amax, const BlockScaleDivisor& div) {
+  float v;
+  return block_scale_quotient(amax, div, v) ? e4m3_from_float(v) : block_scale_byte(amax, div.g);
 }
 
-// block_scale_quotient == (amax_b / 6) / g bit for bit wherever it accepts,
-// so its E4M3 byte is block_scale_byte's; it accepts every block of a sane
-// row (amax_b in [2^-55, 2^55], g as a row maximum / 2688 makes it) and
-// refuses NaN, Inf, tiny and huge amax_b or g.
-TEST(FastQuantize, BlockScaleQuotientIsTheTwoDivisions) {
+// clamp(t_b) of docs/numerics.md §2 with IEEE division, t_b = 0 -> 1.
+float ieee_clamped_quotient(float amax, float g) {
+  const float t = amax / (6.0f * g);
+  return clamp_block_scale(t == 0.0f ? 1.0f : t);
+}
+
+// block_scale_quotient == clamp(amax_b / f32(6 g)) bit for bit wherever it
+// accepts (below 448: the conversion saturates above), so its E4M3 byte is
+// block_scale_byte's; it accepts every block of a sane row (amax_b in
+// [2^-55, 2^55], g as a row maximum / 2688 makes it) and refuses NaN, Inf,
+// tiny and huge amax_b or g.
+TEST(FastQuantize, BlockScaleQuotientIsTheOneDivision) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   Rng rng(seed);
@@ -181,35 +194,89 @@ TEST(FastQuantize, BlockScaleQuotientIsTheTwoDivisions) {
   constexpr int kIters = 2000000;
   for (int i = 0; i < kIters; ++i) {
     const auto [amax, g] = test::random_block_scale_case(rng);
+    const BlockScaleDivisor div = block_scale_divisor(g);
+    if (fast_block_scale_byte(amax, div) != block_scale_byte(amax, g) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": byte 0x" << std::hex
+                    << int(fast_block_scale_byte(amax, div)) << ", want 0x" << int(block_scale_byte(amax, g));
     if (!is_finite(amax)) continue;
-    float q = -1.0f;
-    if (!block_scale_quotient(amax, g, reciprocal_rn(g), q)) {
-      if (amax >= 0x1p-55f && amax <= 0x1p55f && g >= 0x1p-55f && g <= 0x1p55f && amax / 6.0f <= g * 0x1p55f &&
+    float v = -1.0f;
+    if (!block_scale_quotient(amax, div, v)) {
+      if (amax >= 0x1p-55f && amax <= 0x1p55f && g >= 0x1p-55f && g <= 0x1p55f && amax <= g * 0x1p55f &&
           ++bad <= 5)
         ADD_FAILURE() << std::hexfloat << "refused amax=" << amax << " g=" << g;
       continue;
     }
     ++accepted;
-    const float want = (amax / kE2M1Max) / g;
-    if (float_to_bits(q) != float_to_bits(want) && ++bad <= 5)
-      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": got " << q << ", want " << want;
-    if (e4m3_from_float(q) != block_scale_byte(amax, g) && ++bad <= 5)
-      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": byte differs";
+    const float want = ieee_clamped_quotient(amax, g);
+    if (float_to_bits(std::fmin(v, kE4M3Max)) != float_to_bits(want) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << "amax=" << amax << " g=" << g << ": got " << v << ", want " << want;
   }
   EXPECT_GT(accepted, kIters / 2);
   EXPECT_EQ(bad, 0);
-  float q = 0.0f;
-  EXPECT_TRUE(block_scale_quotient(0.0f, 1.0f, 1.0f, q));  // an all-zero block: byte 0
-  EXPECT_EQ(q, 0.0f);
-  EXPECT_FALSE(block_scale_quotient(std::nanf(""), 1.0f, 1.0f, q));
-  EXPECT_FALSE(block_scale_quotient(INFINITY, 1.0f, 1.0f, q));
-  EXPECT_FALSE(block_scale_quotient(1.0f, std::nanf(""), std::nanf(""), q));
-  EXPECT_FALSE(block_scale_quotient(1.0f, INFINITY, 0.0f, q));
-  EXPECT_FALSE(block_scale_quotient(0x1p-70f, 1.0f, 1.0f, q));  // tiny block maximum
-  EXPECT_FALSE(block_scale_quotient(1.0f, 0x1p-70f, 0x1p70f, q));  // tiny g
-  EXPECT_FALSE(block_scale_quotient(0x1p100f, 1.0f, 1.0f, q));     // huge block maximum
-  EXPECT_FALSE(block_scale_quotient(1.0f, 0x1p70f, 0x1p-70f, q));  // huge g
-  EXPECT_FALSE(block_scale_quotient(0x1p-58f, 0x1p-59f, 0x1p59f, q));  // amax / 6 tiny, though amax and g are not
+  float v = 0.0f;
+  const BlockScaleDivisor one = block_scale_divisor(1.0f);
+  EXPECT_TRUE(block_scale_quotient(0.0f, one, v));  // an all-zero block: scale 1.0
+  EXPECT_EQ(v, 1.0f);
+  EXPECT_TRUE(block_scale_quotient(0x1p-40f, one, v));  // a tiny block: clamped up to 2^-9
+  EXPECT_EQ(v, 0x1p-9f);
+  EXPECT_FALSE(block_scale_quotient(std::nanf(""), one, v));
+  EXPECT_FALSE(block_scale_quotient(INFINITY, one, v));
+  EXPECT_FALSE(block_scale_quotient(1.0f, block_scale_divisor(std::nanf("")), v));
+  EXPECT_FALSE(block_scale_quotient(1.0f, block_scale_divisor(INFINITY), v));
+  EXPECT_FALSE(block_scale_quotient(0x1p-70f, one, v));                      // tiny block maximum
+  EXPECT_FALSE(block_scale_quotient(1.0f, block_scale_divisor(0x1p-70f), v));  // tiny g
+  EXPECT_FALSE(block_scale_quotient(0x1p100f, one, v));                      // huge block maximum
+  EXPECT_FALSE(block_scale_quotient(1.0f, block_scale_divisor(0x1p70f), v));   // huge g
+}
+
+// Every block maximum whose t = amax / f32(6 g) lies in [2^-11, 2^10) — below
+// the lower clamp, every E4M3 value and tie, beyond saturation — for the
+// first test::kCpuExhaustiveGs global scales of exhaustive_block_scale_gs
+// (test_block_scale.cu takes them all on the GPU): the fast byte is
+// block_scale_byte's, and the fast path takes them all. 7 * 10^8 blocks,
+// split over the cores.
+TEST(FastQuantize, BlockScaleByteOnEveryBlockMaximum) {
+  const std::vector<float> all = test::exhaustive_block_scale_gs();
+  for (float g : std::vector<float>(all.begin(), all.begin() + test::kCpuExhaustiveGs)) {
+    SCOPED_TRACE(testing::Message() << std::hexfloat << "g=" << g);
+    const BlockScaleDivisor div = block_scale_divisor(g);
+    const auto [first, last] = test::exhaustive_block_maxima(g);
+    std::vector<int64_t> bad(size_t(thread_count()), 0), slow(bad.size(), 0);
+    std::vector<uint32_t> first_bad(bad.size(), 0);
+    const int64_t n = int64_t(last - first), chunk = (n + int64_t(bad.size()) - 1) / int64_t(bad.size());
+    parallel_for(int64_t(bad.size()), 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        for (uint32_t u = first + uint32_t(c * chunk); u < first + uint32_t(std::min(n, (c + 1) * chunk)); ++u) {
+          const float amax = bits_to_float(u);
+          float v;
+          slow[size_t(c)] += !block_scale_quotient(amax, div, v);
+          if (fast_block_scale_byte(amax, div) != block_scale_byte(amax, g) && bad[size_t(c)]++ == 0)
+            first_bad[size_t(c)] = u;
+        }
+    });
+    for (size_t c = 0; c < bad.size(); ++c) {
+      EXPECT_EQ(bad[c], 0) << "first at amax bits 0x" << std::hex << first_bad[c];
+      EXPECT_EQ(slow[c], 0) << "blocks outside the fast path";
+    }
+  }
+}
+
+// The zero-block rule, the clamps and the NaN marks of block_scale_byte by
+// hand (docs/numerics.md §2).
+TEST(FastQuantize, BlockScaleByteRules) {
+  EXPECT_EQ(block_scale_byte(0.0f, 1.0f), 0x38);            // all-zero block: 1.0
+  EXPECT_EQ(block_scale_byte(0.0f, 0.0123f), 0x38);
+  EXPECT_EQ(block_scale_byte(6.0f * 0x1p-12f, 1.0f), 0x01);  // t = 2^-12: clamped up to 2^-9
+  EXPECT_EQ(block_scale_byte(6.0f * 0x1p-10f, 1.0f), 0x01);  // t = 2^-10, an E4M3 tie with 0: 2^-9, not 0
+  EXPECT_EQ(block_scale_byte(6.0f * 0x1p-9f, 1.0f), 0x01);
+  EXPECT_EQ(block_scale_byte(6.0f * 0x1.8p-9f, 1.0f), 0x02);  // 1.5 * 2^-9: tie, to the even byte
+  EXPECT_EQ(block_scale_byte(6.0f * 448.0f, 1.0f), 0x7E);
+  EXPECT_EQ(block_scale_byte(6.0f * 1e6f, 1.0f), 0x7E);      // far above 448 (a static g): saturated
+  EXPECT_EQ(block_scale_byte(1e-45f, 1e30f), 0x38);          // t underflows to 0: the zero rule, as ModelOpt
+  EXPECT_EQ(block_scale_byte(INFINITY, 1.0f), 0x7F);         // an Inf element: NaN, not 448
+  EXPECT_EQ(block_scale_byte(std::nanf(""), 1.0f), 0x7F);
+  EXPECT_EQ(block_scale_byte(1.0f, std::nanf("")), 0x7F);    // a NaN scope: every block
+  EXPECT_EQ(block_scale_byte(0.0f, INFINITY), 0x7F);
 }
 
 // Whole blocks: quantize_block_codes == quantize_element per element and
@@ -229,7 +296,7 @@ TEST(FastQuantize, BlockCodesEqualQuantizeElement) {
       case 0: x[rng.below(kBlock)] = 0x1p-70f; break;             // one tiny element: fallback
       case 1: x[rng.below(kBlock)] = std::nanf(""); break;          // NaN block
       case 2: x[rng.below(kBlock)] = -INFINITY; break;              // Inf block
-      case 3: for (float& v : x) v = 0.0f; break;                   // zero block: d == 0
+      case 3: for (float& v : x) v = 0.0f; break;                   // zero block: scale 1.0, d == g
       case 4: x[rng.below(kBlock)] = 0.0f; x[rng.below(kBlock)] = -0.0f; break;  // zeros stay fast
       default: break;
     }

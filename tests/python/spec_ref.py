@@ -54,18 +54,32 @@ def e2m1_encode(v):
     return (m | np.where(v < 0, 8, 0)).astype(np.uint8)
 
 
+def block_scales(amax, g):
+    """docs/numerics.md §2's block scale bytes in FP32, NVIDIA ModelOpt's formula:
+    t = amax / f32(6 g) (6 g rounded first, one division), 1 where t == 0,
+    clamped to [2^-9, 448], rounded to E4M3. A NaN/Inf g (a row's scope) or
+    amax (a block holding NaN/Inf) gives 0x7F, never a clamped value."""
+    amax = np.asarray(amax, dtype=np.float32)
+    g = np.asarray(g, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        t = amax / (np.float32(6) * g)
+        t = np.where(t == 0, np.float32(1), t)
+        t = np.clip(t, np.float32(2.0**-9), np.float32(448))  # NaN stays NaN
+    return np.where(np.isfinite(amax) & np.isfinite(g), e4m3_encode(t), np.uint8(0x7F)).astype(np.uint8)
+
+
 def quantize(x, g):
-    """Spec section 2 in FP32: x [R, K] float32, g [R] float32 per row.
+    """docs/numerics.md §2 in FP32: x [R, K] float32, g [R] float32 per row.
     Returns codes [R, K/2] and linear scales [R, K/16]."""
     x = np.asarray(x, dtype=np.float32)
     R, K = x.shape
     g = np.asarray(g, dtype=np.float32).reshape(R, 1)
     blocks = x.reshape(R, K // 16, 16)
     amax = np.abs(blocks).max(axis=2)
+    s = block_scales(amax, g)
     with np.errstate(all="ignore"):
-        s = e4m3_encode((amax / np.float32(6)) / g)
         d = (e4m3_value(s).astype(np.float32) * g).astype(np.float32)
-        q = np.where(d[..., None] == 0, 0, e2m1_encode(blocks / d[..., None])).astype(np.uint8)
+        q = e2m1_encode(blocks / d[..., None]).astype(np.uint8)  # an IEEE FP32 division; NaN -> code 0
     q = q.reshape(R, K)
     return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8), s
 

@@ -34,6 +34,56 @@ def test_golden_block_as_bf16_input():
     assert codes.tobytes() == GOLDEN_CODES and scales.tolist() == [[0x38]]
 
 
+def _f32(bits):
+    return np.array(bits, dtype=np.uint32).view(np.float32)
+
+
+# The rules of docs/numerics.md §2 that the formula of NVIDIA ModelOpt
+# (NVFP4QTensor) brought, as (row, g, scale bytes, code bytes); the same
+# bytes are pinned in tests/format/test_quantize.cpp. u = 2^-12.
+_U = 2.0**-12
+GOLDEN_RULES = {
+    # an all-zero block: scale 1.0 (0x38), codes 0 (-0 too)
+    "zero block": ([0.0] * 8 + [-0.0] * 8, 1.0, [0x38], [0] * 8),
+    # t = 2^-12 < 2^-9: clamped to byte 0x01, codes against d = 2^-9
+    "tiny block": ([6 * _U, -6 * _U, _U, 3 * _U, -3 * _U, 4.5 * _U, 7.5 * _U] + [0] * 9, 1.0, [0x01],
+                   [0xA2, 0x10, 0x19, 0x02, 0, 0, 0, 0]),
+    # t = 1000 > 448: saturated at 0x7E, d = 448
+    "large block": ([6000, -6000, 1344, -1344, 1120, 112, 134.4] + [0] * 9, 1.0, [0x7E],
+                    [0xF7, 0xD5, 0x04, 0x01, 0, 0, 0, 0]),
+    # t = 1.875: byte 0x3F is the E4M3 value 1.875, not 63
+    "scale 0x3F": ([11.25, -11.25, 1.875, 0.9375, 5.625, -3.75] + [0] * 10, 1.0, [0x3F],
+                   [0xF7, 0x12, 0xC5, 0, 0, 0, 0, 0]),
+    # row maximum 10: t of block 1 = maximum / f32(6 g) = 5.25 exactly, the tie to 0x4A;
+    # (maximum / 6) / g would give 0x4B
+    "6g rounded first": ([10.0] + [1.0] * 15 + list(_f32([0x3DF00001, 0xBDF00001, 0x3D461861])) + [0] * 13,
+                         None, [0x7E, 0x4A], [0x17] + [0x11] * 7 + [0xF7, 0x05] + [0] * 6),
+}
+
+
+@pytest.mark.parametrize("name", list(GOLDEN_RULES))
+def test_golden_rules_of_the_modelopt_formula(name):
+    row, g, scales_want, codes_want = GOLDEN_RULES[name]
+    x = np.array([row], dtype=np.float32)
+    gg = spec_ref.per_row_g(x) if g is None else np.array([g], dtype=np.float32)
+    codes, scales = spec_ref.quantize(x, gg)
+    assert scales[0].tolist() == scales_want and codes[0].tolist() == codes_want, "spec_ref"
+    if g is None:
+        codes, scales, got_g = nvfp4moe.quantize(x, scope="per_row")
+        np.testing.assert_array_equal(got_g, gg)
+    else:
+        codes, scales, _ = nvfp4moe.quantize(x, scope="static", global_scale=g)
+    assert scales[0].tolist() == scales_want, [hex(v) for v in scales[0]]
+    assert codes[0].tolist() == codes_want, [hex(v) for v in codes[0]]
+
+
+def test_six_g_example_separates_the_formulas():
+    x = _f32([0x3DF00001])
+    g = np.float32(10) / np.float32(2688)
+    assert spec_ref.block_scales(x, g).tolist() == [0x4A]
+    assert spec_ref.e4m3_encode((x / np.float32(6)) / g).tolist() == [0x4B]
+
+
 def spec_ref_bf16(x32):
     from nvfp4moe._arrays import f32_to_bf16_bits
     return f32_to_bf16_bits(x32)

@@ -1,5 +1,6 @@
 // sm90_nvfp4_stage kernels (see the header). Compiled WITHOUT fast-math, so
-// x / d is an IEEE division as the spec's order of operations requires.
+// the divisions of the fallbacks are IEEE divisions, as docs/numerics.md §2's
+// order of operations requires.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -151,16 +152,16 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
       g = static_row_g(a, row);
     }
     if (b == 0) a.g_out[row] = g;
-    const float rg = reciprocal_rn(g);
+    const BlockScaleDivisor div = block_scale_divisor(g);
 
     uint32_t* kslot_row = kslot_rows + buf * (a.cols / 2);
     if (live) {
-      // Spec section 2, in order: s = e4m3((amax_b / 6) / g), d = f32(s) * g, q = e2m1(x / d)
+      // docs/numerics.md §2, in order: s = e4m3(clamp(amax_b / f32(6 g))), d = f32(s) * g, q = e2m1(x / d)
       // (block_scale and quantize_block_codes: the same bytes without a division per element).
-      const BlockScale bs = block_scale(amax, g, rg);
+      const BlockScale bs = block_scale(amax, div);
       const uint8_t s = bs.byte;
       const float sv = bs.value, d = bs.d;
-      uint32_t o[8];  // the QDQ values value(q) * f32(s) as BF16 pairs: exact (spec section 2)
+      uint32_t o[8];  // the QDQ values value(q) * f32(s) as BF16 pairs: exact (docs/numerics.md §2)
       if (a.codes) {
         uint32_t w[2];
         quantize_block_codes(v, amax, d, w);
@@ -343,9 +344,9 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
       g = global_scale_from_amax(r);
     }
     if (tid == 0) a.g_out[row] = g;
-    const float rg = reciprocal_rn(g);
+    const BlockScaleDivisor div = block_scale_divisor(g);
 
-    // 2. Each block: spec section 2 in order (s_b, d_b, then the QDQ values), as BF16 pairs.
+    // 2. Each block: docs/numerics.md §2 in order (s_b, d_b, then the QDQ values), as BF16 pairs.
     __nv_bfloat16* out = a.deq + row * a.deq_ld;
     for (int b0 = 0; b0 < kb; b0 += int(blockDim.x)) {  // the same trips for the whole CTA (__syncwarp below)
       const int b = b0 + tid;
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
         float v[kBlock];
         load_block_shared<kBf16>(in, b, v);
         const bool in_domain = kBf16 ? !block_outside[b] : block_in_quotient_domain(v);
-        qdq_block_bf16(v, in_domain, block_amax[b], g, rg, o);
+        qdq_block_bf16(v, in_domain, block_amax[b], div, o);
       }
       if (!kslot) {
         if (live) {

@@ -1,17 +1,17 @@
 // Activation staging on the GPU: rows of BF16/F32 values -> NVFP4 bytes
-// (spec section 2), bit-identical to src/format/quantize.cpp.
+// (docs/numerics.md §2), bit-identical to src/format/quantize.cpp.
 //
 // Besides the public bytes (packed codes, linear and/or swizzled scales) the
 // kernel can write the GEMM's operand: value(q) * f32(s) as BF16 — exact, since
-// that product has at most 6 significant bits (spec section 2) — in rows of
+// that product has at most 6 significant bits (docs/numerics.md §2) — in rows of
 // `deq_ld` elements whose tail past `cols` is zero (the GEMM reads K in steps
 // of 64). The global scale g of each row goes to `g_out[row]`: the GEMM
 // applies it in FP32 in its epilogue.
 //
-// sm90_nvfp4_stage is the fast path of activation staging — the same contract
-// and the same bytes as quantize_activations_ref / requantize_rows_ref
-// (quantize_act.hpp), built for bandwidth and for one-token latency. Two
-// kernels, chosen on the host by what is asked for:
+// sm90_nvfp4_stage is the fast path of activation staging — the same
+// contract and the same bytes as quantize_activations_ref /
+// requantize_rows_ref (kernels/ref/staging_ref.hpp), built for bandwidth and
+// for one-token latency. Two kernels, chosen on the host by what is asked for:
 //   * the operand path (only the BF16 operand and g: the routed path's
 //     staging and every requantization; BF16 or FP32 input, logical or
 //     k-slot order): persistent CTAs, one row at a time each; a row arrives
@@ -26,9 +26,9 @@
 //     for): one thread per 16-element block keeping its values in registers,
 //     the next row's loads in flight while the current one is quantized,
 //     two CTA barriers per row.
-// Every byte comes from src/format/nvfp4_codec.hpp in the spec's order of
-// operations (tests compare with the CPU quantizer and the simple kernels);
-// max is order-free and NaN propagates as in the codecs.
+// Every byte comes from src/format/nvfp4_codec.hpp in docs/numerics.md §2's
+// order of operations (tests compare with the CPU quantizer and the simple
+// kernels); max is order-free and NaN propagates as in the codecs.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -36,6 +36,11 @@ std::vector<float> special_rows(Rng& rng, int64_t rows, int64_t cols) {
     for (int64_t c = 0; c < cols; ++c) x[size_t(9 * cols + c)] = rng.normal() * 0x1p40f;
     x[size_t(9 * cols + 20)] = -1e-38f;  // where quotient_rn would keep the sign: only the domain check tells
   }
+  if (rows > 11) {  // the block-scale rules of docs/numerics.md §2 on the fast path (inside its domain)
+    for (int64_t c = 16; c < 32; ++c) x[size_t(10 * cols + c)] = 0.0f;   // an all-zero block: scale 0x38, d = g
+    for (int64_t c = 32; c < 48; ++c) x[size_t(10 * cols + c)] = -0.0f;  // and of -0: codes 0, not 8
+    for (int64_t c = 16; c < 32; ++c) x[size_t(11 * cols + c)] *= 0x1p-22f;  // t ~ 2^-13: clamped to 0x01
+  }
   return x;
 }
 
@@ -141,6 +146,14 @@ TEST_P(Sm90Stage, MatchesCpuQuantizerAndSimpleKernelByteForByte) {
       EXPECT_TRUE(std::isnan(fast.g[5]) || std::isinf(fast.g[5]) || fast.lin[size_t(5 * cols / 16)] == 0x7F)
           << "a NaN row must mark its scales";
       EXPECT_EQ(fast.g[6], 1.0f) << "a zero row has g = 1";
+    }
+    if (scope == ActScope::PerRow && rows > 11) {  // the rules themselves, whatever the CPU says
+      const int64_t kb = cols / 16;
+      EXPECT_EQ(fast.lin[size_t(10 * kb + 1)], 0x38) << "an all-zero block has scale 1.0";
+      EXPECT_EQ(fast.lin[size_t(10 * kb + 2)], 0x38) << "a block of -0 has scale 1.0";
+      for (int64_t i = 10 * cols / 2 + 8; i < 10 * cols / 2 + 24; ++i)
+        EXPECT_EQ(fast.codes[size_t(i)], 0) << "codes of the zero blocks, byte " << i;
+      EXPECT_EQ(fast.lin[size_t(11 * kb + 1)], 0x01) << "a block far below its row's maximum is clamped to 2^-9";
     }
     // Tail of every operand row is zero.
     for (int64_t r = 0; r < rows; ++r)

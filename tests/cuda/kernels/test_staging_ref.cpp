@@ -4,6 +4,7 @@
 // and NaN values, for every scope.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -31,7 +32,7 @@ std::vector<float> tricky_rows(test::Rng& rng, int64_t rows, int64_t cols) {
   const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 0.0f, 1.0f};
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x.data() + r * cols;
-    const int kind = int(rng.below(6));
+    const int kind = int(rng.below(7));
     const float mag = std::ldexp(1.0f, int(rng.below(40)) - 20);
     for (int64_t i = 0; i < cols; ++i) {
       switch (kind) {
@@ -41,6 +42,10 @@ std::vector<float> tricky_rows(test::Rng& rng, int64_t rows, int64_t cols) {
         case 3: xr[i] = ties[rng.below(10)] * (rng.below(2) ? -1.f : 1.f) * 0.125f; break;  // ties
         default: xr[i] = rng.normal() * mag; break;
       }
+    }
+    if (kind == 6) {  // docs/numerics.md §2's rules inside a live row: an all-zero block (scale 0x38),
+      for (int64_t i = 0; i < 16; ++i) xr[i] = 0.0f;  // a block far below the row maximum (t < 2^-9: 0x01)
+      for (int64_t i = 16; i < std::min<int64_t>(cols, 32); ++i) xr[i] *= 0x1p-22f;
     }
     if (kind == 3) xr[0] = 6.0f * 0.125f;  // block amax fixed so d is a power of two in every block
     if (kind == 3)

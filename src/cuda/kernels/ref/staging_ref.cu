@@ -1,6 +1,8 @@
-// Activation staging kernels (see quantize_act.hpp). Every byte comes from the
-// codecs of src/format/nvfp4_codec.hpp in the spec's order of operations; this
-// file is compiled WITHOUT fast-math so x / d is an IEEE division.
+// The reference activation staging kernels (kernels/staging.hpp has the
+// contract). Every byte comes from the scalar codecs of
+// src/format/nvfp4_codec.hpp in docs/numerics.md §2's order of operations
+// (block_scale_byte, quantize_element); this file is compiled WITHOUT
+// fast-math, so their divisions are IEEE divisions.
 #include <cuda_bf16.h>
 
 #include "cuda/cuda_check.hpp"
@@ -69,7 +71,7 @@ __device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t
     __nv_bfloat16* o = deq + row * deq_ld;
 #pragma unroll
     for (int i = 0; i < kBlock; i += 2) {
-      // value(q) * f32(s) is exact in FP32 and in BF16 (spec section 2).
+      // value(q) * f32(s) is exact in FP32 and in BF16 (docs/numerics.md §2).
       __nv_bfloat162 pair = __floats2bfloat162_rn(e2m1_value(q[i]) * sv, e2m1_value(q[i + 1]) * sv);
       const int64_t col = b * kBlock + i;
       *reinterpret_cast<__nv_bfloat162*>(o + (kslot ? operand_kslot_column(col) : col)) = pair;
