@@ -144,8 +144,9 @@ TEST(Quantize, ZeroBlocksGetScaleOneAndZeroCodes) {
   for (int i = 24; i < 32; ++i) EXPECT_EQ(m.codes[size_t(i)], 0) << i;
   std::vector<float> back = dequantize(m);
   EXPECT_EQ(back[40], -1.0f);
-  for (int i = 0; i < 64; ++i)
+  for (int i = 0; i < 64; ++i) {
     if (i != 40) EXPECT_EQ(back[size_t(i)], 0.0f) << i;
+  }
 }
 
 // One block of 16 through every quantizer of the host — quantize_rows,
