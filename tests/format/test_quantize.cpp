@@ -145,7 +145,9 @@ TEST(Quantize, ZeroBlocksGetScaleOneAndZeroCodes) {
   std::vector<float> back = dequantize(m);
   EXPECT_EQ(back[40], -1.0f);
   for (int i = 0; i < 64; ++i) {
-    if (i != 40) EXPECT_EQ(back[size_t(i)], 0.0f) << i;
+    if (i != 40) {
+      EXPECT_EQ(back[size_t(i)], 0.0f) << i;
+    }
   }
 }
 
