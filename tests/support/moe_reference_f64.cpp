@@ -47,7 +47,7 @@ std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g
     for (int64_t b = 0; b < K / 16; ++b) {
       double amax_b = 0;
       for (int i = 0; i < 16; ++i) amax_b = std::max(amax_b, double(std::fabs(row[size_t(b * 16 + i)])));
-      const double v = amax_b / 6.0 / double(g);
+      const double v = amax_b / (6.0 * double(g));  // the block scale's quotient, docs/numerics.md §2
       const uint8_t s = scales[size_t(b)];
       // Midpoints to the neighbouring E4M3 values.
       for (int nb : {int(s) - 1, int(s) + 1})
