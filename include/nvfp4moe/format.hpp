@@ -56,7 +56,7 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, const
                    int64_t g_stride, uint8_t* codes, uint8_t* scales);
 void quantize_rows(const Bf16* x, int64_t rows, int64_t cols, int64_t ld, const float* g,
                    int64_t g_stride, uint8_t* codes, uint8_t* scales);
-// Scalar reference: the spec in code.
+// Scalar reference: docs/numerics.md §2 in code.
 void quantize_rows_ref(const float* x, int64_t rows, int64_t cols, int64_t ld, const float* g,
                        int64_t g_stride, uint8_t* codes, uint8_t* scales);
 

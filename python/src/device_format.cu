@@ -20,7 +20,7 @@ using cuda::round_up;
 
 constexpr int kThreads = 256;
 
-// Spec section 3: the byte of (row m, scale column c) in the 128x4 layout.
+// docs/numerics.md §3: the byte of (row m, scale column c) in the 128x4 layout.
 __device__ __forceinline__ int64_t swizzled_offset_dev(int64_t m, int64_t c, int64_t kp) {
   return ((m >> 7) * (kp / 4) + (c >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (c & 3);
 }

@@ -1,6 +1,7 @@
 // Small file helpers of the checkpoint code and the CLI: whole-file reads,
-// writes that go to a temporary name and are renamed when complete (spec
-// section 6: a failed write leaves the earlier file intact), directories.
+// writes that go to a temporary name and are renamed when complete
+// (docs/numerics.md §6: a failed write leaves the earlier file intact),
+// directories.
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,7 @@
 // copied unchanged. weight_scale_2 is written as a 0-d tensor, as ModelOpt's
 // exports hold it; the reader accepts [] and [1].
 // dequantize: every such triple back to a BF16 <prefix>.weight [N, K]
-// (spec 2: value(q) * e4m3(s) * g in FP32, then rounded to BF16).
+// (docs/numerics.md §2: value(q) * e4m3(s) * g in FP32, then rounded to BF16).
 #include <unistd.h>
 
 #include <cstdio>

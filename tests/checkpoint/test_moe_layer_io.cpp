@@ -1,6 +1,6 @@
 // save_moe_layer / load_moe_layer / read_moe_config / ModelDir: round trips
 // on fresh random weights, expert-parallel slices, hash-routed layers, the
-// hash-layer rules of spec 4, sharded directories and every bad checkpoint
+// hash-layer rules of docs/numerics.md §4, sharded directories and every bad checkpoint
 // (missing tensor, wrong shape/dtype, NaN or non-positive global scale).
 #include <cmath>
 #include <cstring>
@@ -119,7 +119,7 @@ TEST(MoeLayerIo, SaveLoadRoundTrip) {
   EXPECT_EQ(std::memcmp(r.shared.w3.data(), w.shared.w3.data(), w.shared.w3.size() * 2), 0);
   EXPECT_EQ(std::memcmp(r.shared.w2.data(), w.shared.w2.data(), w.shared.w2.size() * 2), 0);
 
-  // The ModelOpt names, dtypes and shapes of spec 4, checked directly.
+  // The ModelOpt names, dtypes and shapes of docs/numerics.md §4, checked directly.
   const TensorInfo& g = md.get("model.layers.5.mlp.experts.3.up_proj.weight");
   EXPECT_EQ(g.dtype, DType::U8);
   EXPECT_EQ(g.shape, (std::vector<int64_t>{16, 16}));

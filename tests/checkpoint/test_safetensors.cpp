@@ -1,5 +1,5 @@
 // safetensors: the writer's byte layout, a round trip of every dtype, and
-// every malformed file of spec section 6 giving an error that names the file,
+// every malformed file of docs/numerics.md §6 giving an error that names the file,
 // the tensor and the values.
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 // Exhaustive codec tests: every E4M3 byte, every E2M1 code, every rounding
-// threshold and tie of spec section 1.
+// threshold and tie of docs/numerics.md §1.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -59,7 +59,7 @@ def make_tensors(cfg, rng, vocab=0):
 
 
 def reference(cfg, t, x, ids, weights, static=False):
-    """Spec section 5 in float64 on the same quantized weights."""
+    """docs/numerics.md §5 in float64 on the same quantized weights."""
     w = {"W1": [], "W3": [], "W2": []}
     I, H = cfg.intermediate, cfg.hidden
     for e in range(cfg.experts):

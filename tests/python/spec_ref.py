@@ -1,4 +1,4 @@
-"""Independent, deliberately simple NumPy versions of the spec, for tests only:
+"""Independent, deliberately simple NumPy versions of docs/numerics.md, for tests only:
 the codecs and two-level quantization of sections 1-2 (vectorised, from the
 spec's threshold list and an enumeration of E4M3), the swizzled layout of
 section 3, a small safetensors writer, and a float64 evaluation of the MoE
@@ -33,7 +33,7 @@ _E4M3_POS = e4m3_value(np.arange(0x7F))  # every finite non-negative byte 0x00..
 
 def e4m3_encode(v):
     """Nearest E4M3 byte of non-negative v, ties to the even byte, saturating
-    at 448; NaN/Inf -> 0x7F (spec section 1)."""
+    at 448; NaN/Inf -> 0x7F (docs/numerics.md §1)."""
     v = np.asarray(v, dtype=np.float64)
     out = np.full(v.shape, 0x7F, dtype=np.uint8)
     finite = np.isfinite(v)
@@ -47,7 +47,7 @@ def e4m3_encode(v):
 
 
 def e2m1_encode(v):
-    """Spec section 1's thresholds on |v|; sign iff v < 0."""
+    """docs/numerics.md §1's thresholds on |v|; sign iff v < 0."""
     v = np.asarray(v, dtype=np.float32)
     a = np.abs(v)
     m = ((a > 0.25).astype(np.uint8) + (a >= 0.75) + (a > 1.25) + (a >= 1.75) + (a > 2.5) + (a >= 3.5) + (a > 5.0))
@@ -134,14 +134,14 @@ def write_safetensors(path, tensors: dict, dtypes: dict | None = None):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-# ---- the MoE layer in float64 (spec section 5) -------------------------------
+# ---- the MoE layer in float64 (docs/numerics.md §5) -------------------------------
 
 def silu(z):
     return z / (1.0 + np.exp(-z))
 
 
 def qdq_rows(a, g=None):
-    """QDQ per spec section 2 (exact quantizer), per-row g unless g given."""
+    """QDQ per docs/numerics.md §2 (exact quantizer), per-row g unless g given."""
     a32 = np.asarray(a, dtype=np.float32)
     gg = per_row_g(a32) if g is None else np.full(a32.shape[0], g, dtype=np.float32)
     codes, scales = quantize(a32, gg)
@@ -149,7 +149,7 @@ def qdq_rows(a, g=None):
 
 
 def route(x, gate, bias, k, rho):
-    """Router of spec section 5 in float64: ids [T, k], weights [T, k]."""
+    """Router of docs/numerics.md §5 in float64: ids [T, k], weights [T, k]."""
     logits = np.asarray(x, np.float64) @ np.asarray(gate, np.float64).T
     s = np.sqrt(np.where(logits > 20, logits, np.log1p(np.exp(np.minimum(logits, 20)))))
     sel = s + (0 if bias is None else np.asarray(bias, np.float64))

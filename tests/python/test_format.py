@@ -1,6 +1,6 @@
 """nvfp4moe.quantize / dequantize / scale layouts on the host (NumPy), checked
-against the spec's hand-worked block, an independent NumPy implementation of
-spec sections 1-3 (spec_ref.py) and the C++ CLI."""
+against docs/numerics.md's hand-worked block, an independent NumPy implementation of
+docs/numerics.md §1-3 (spec_ref.py) and the C++ CLI."""
 
 import os
 import subprocess

@@ -113,7 +113,9 @@ __device__ __forceinline__ int kslot_smem_word(int col_pair) {
 // block; the next row's loads are issued before the current row is
 // quantized, so a CTA always has a row in flight (one row per CTA lifetime
 // was latency bound: load, reduce, barrier, quantize, store in series).
-// Shared state is double-buffered by row parity: two barriers per row.
+// Shared state is double-buffered by row parity: two barriers per row. One
+// function (~90 lines) on purpose: the next row's loads live in registers
+// across the current row's quantization, which is the kernel's pipeline.
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const __grid_constant__ StageRows a,
                                                                        int64_t rows_max) {
@@ -213,7 +215,7 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
 constexpr int kStages = 2;               // row buffers of a CTA: the row being quantized, the next one landing
 // Most threads of a CTA when rows outnumber the SMs: 7-8 CTAs of 4 warps per
 // SM at K=7168 (smem bound), a few rows in flight each. 256 and 448 (one
-// block a thread) were slower (bench/NOTES.md, session 11).
+// block a thread) were slower (EP8 T=8192: 88 us at 128 threads, 97 at 256, 113 at 448).
 constexpr int kOperandThreads = 128;
 
 // The 16 values of block b of a row held in shared memory as loaded.
@@ -280,7 +282,9 @@ __device__ __forceinline__ int kslot_unit_swizzle(int chunk) { return ((chunk >>
 // K=3072 FP32, 2 blocks each), so one CTA's barrier leaves the SM other
 // work. k-slot rows are regrouped in place: the 4 blocks of a chunk belong to
 // 4 lanes of one warp, which write their BF16 pairs over the chunk's input
-// and read back whole 16-byte units (__syncwarp only).
+// and read back whole 16-byte units (__syncwarp only). The body (~100
+// lines) reads top to bottom as that pipeline: setup, then per row wait,
+// maxima, barrier, quantize and store, issue the next copy.
 template <bool kBf16>
 __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
     stage_operand_rows_kernel(const __grid_constant__ StageRows a, int64_t rows_max) {

@@ -228,7 +228,7 @@ TEST(Sm90Stage, KSlotOrderIsTheLogicalOperandPermuted) {
 
 // ---- The operand path (BF16 operand + g only) against the CPU quantizer ----
 
-// The operand rows spec section 2 gives for rows of x (row stride ld) under
+// The operand rows docs/numerics.md §2 gives for rows of x (row stride ld) under
 // the global scales g: value(q) * f32(s) as BF16 at each column's place in
 // `kslot` or logical order, then zeros up to deq_ld.
 template <typename T>
