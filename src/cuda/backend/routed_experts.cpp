@@ -119,16 +119,10 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
                                  .out = act_.get(),
                                  .ld = int32_t(ld_act_),
                                  .order = order};
-  p.stage_x = QuantizeActArgs{.x = in.x,
-                              .x_is_bf16 = in.x_is_bf16,
-                              .rows = in.rows,
-                              .cols = H,
-                              .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
-                              .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
-                              .g_out = act_g_.get(),
-                              .deq = act_.get(),
-                              .deq_ld = ld_act_,
-                              .deq_order = order};
+  p.stage_x = stage_x_args(in);
+  p.stage_x.deq = act_.get();
+  p.stage_x.deq_ld = ld_act_;
+  p.stage_x.deq_order = order;
   p.gate_up = GroupedGemmPlan{.projection = Projection::GateUp,
                               .weights = w_.w13_tiles.get(),
                               .geometry = geo13_,
@@ -165,6 +159,18 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   p.down.y_pair = y_pair;
   p.down.topk_weights = pairs.pair_weights;
   return p;
+}
+
+// The L1 input x -> NVFP4 per row, or with the layer's static g
+// (docs/numerics.md §2); the caller says what to write.
+QuantizeActArgs RoutedExperts::stage_x_args(const RoutedInput& in) const {
+  return QuantizeActArgs{.x = in.x,
+                         .x_is_bf16 = in.x_is_bf16,
+                         .rows = in.rows,
+                         .cols = w_.hidden,
+                         .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
+                         .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
+                         .g_out = act_g_.get()};
 }
 
 // QDQ of h per row (docs/numerics.md §2): a dynamic g per row, or the
@@ -231,17 +237,10 @@ void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, flo
                          .w2_scales = w_.w2_scales.get(),
                          .w2_global = w_.w2_global.get()};
   if (!in.codes) {
-    if (in.rows > 0)
-      quantize_activations_ref(QuantizeActArgs{.x = in.x,
-                                               .x_is_bf16 = in.x_is_bf16,
-                                               .rows = in.rows,
-                                               .cols = H,
-                                               .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
-                                               .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
-                                               .g_out = act_g_.get(),
-                                               .codes = x_codes_.get(),
-                                               .scales_linear = x_scales_.get()},
-                               s);
+    QuantizeActArgs q = stage_x_args(in);
+    q.codes = x_codes_.get();
+    q.scales_linear = x_scales_.get();
+    if (in.rows > 0) quantize_activations_ref(q, s);
     a.x_codes = x_codes_.get();
     a.x_scales = x_scales_.get();
     a.x_g = act_g_.get();

@@ -111,6 +111,7 @@ class RoutedExperts {
  private:
   void check(const RoutedInput& input, const RoutedPairs& pairs) const;
   void run_ref(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
+  QuantizeActArgs stage_x_args(const RoutedInput& input) const;
   RequantRowsArgs requant_args(const RoutedPairs& pairs, OperandOrder order);
 
   RoutedWeightsDevice w_;
