@@ -71,7 +71,7 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
   const int64_t T = x.ndim == 2 ? x.shape[0] : 0;
   // Checks the whole batch once (every chunk is then within its rank's capacity).
   const ep::EpRankIo all =
-      ep::ep_check_io(m.config, x, routing, out, int64_t(m.layout.max_tokens) * m.ranks, "EpCudaEmulation");
+      ep::ep_check_io(m.config, x, routing, out, m.device, int64_t(m.layout.max_tokens) * m.ranks, "EpCudaEmulation");
   int64_t bound = 1;  // the largest chunk: this forward's token bound (ep_rank.cuh), exact here
   for (int r = 0; r < m.ranks; ++r) {
     const int64_t n = ep::token_chunk_begin(T, m.ranks, r + 1) - ep::token_chunk_begin(T, m.ranks, r);

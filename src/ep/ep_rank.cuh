@@ -245,9 +245,7 @@ inline std::string ep_error_text(uint32_t word, const SegmentLayout& L) {
 // One rank's forward arguments, checked as every front end checks them
 // (moe/forward_checks.hpp), as device views: T <= max_tokens.
 inline EpRankIo ep_check_io(const MoeConfig& cfg, const TensorView& x, const RoutingArgs& r, const ForwardOutputs& out,
-                            int64_t max_tokens, const char* who) {
-  int device = 0;
-  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+                            int device, int64_t max_tokens, const char* who) {
   const CheckedForward a = check_forward_args(
       cfg, x, r, out, ForwardSite{.device = DeviceKind::Cuda, .device_index = device, .max_tokens = max_tokens, .who = who});
   EpRankIo io;

@@ -115,7 +115,7 @@ void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const F
                         const ForwardOptions& options) {
   Impl& m = *impl_;
   const int64_t max_tokens_any_rank = options.max_tokens_any_rank;
-  ep::EpRankIo io = ep::ep_check_io(m.config, x, routing, out, m.layout.max_tokens, "NcclEpMoe");
+  ep::EpRankIo io = ep::ep_check_io(m.config, x, routing, out, m.device, m.layout.max_tokens, "NcclEpMoe");
   NVFP4_CHECK(max_tokens_any_rank >= 0 && max_tokens_any_rank <= m.layout.max_tokens,
               "NcclEpMoe::forward: max_tokens_any_rank=", max_tokens_any_rank, " must be in [0, max_tokens_per_rank=",
               m.layout.max_tokens, "] (0: max_tokens_per_rank)");

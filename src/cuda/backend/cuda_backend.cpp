@@ -71,7 +71,6 @@ class CudaMoeBackend final : public MoeBackendImpl {
                            .who = "Moe"};
     const CheckedForward a = check_forward_args(cfg_, x, routing, out, site);
     const bool x_bf16 = x.dtype == DType::BF16;
-    if (!a.caller_routing) router_.check(routing.token_ids.ndim != 0, a.tokens);
     DeviceGuard guard(opt_.device);
     const cudaStream_t s = static_cast<cudaStream_t>(options.stream);
     const int64_t T = a.tokens, k = cfg_.top_k;
