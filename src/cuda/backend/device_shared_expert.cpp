@@ -3,35 +3,22 @@
 
 #include "cuda/kernels/ref/shared_expert_ref.hpp"
 #include "cuda/kernels/shared_expert.hpp"
-#include "format/nvfp4_codec.hpp"
+#include "cuda/kernels/shared_expert_fp8.hpp"
+#include "cuda/layout/fp8_fragment_layout.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cuda {
 
 namespace {
 
-// A block-scaled FP8 projection [rows, cols] as BF16: e4m3(q) * scale of its
-// 128 x 128 tile, in FP32, then rounded to BF16 once. The rounding is exact
-// when the tile scales are powers of two (DeepSeek-V4's F8_E8M0 scales: an
-// E4M3 value has 4 significant bits); a float weight_scale_inv rounds as
-// the dequantized BF16 weights of DeepSeek's and vLLM's loaders do.
-std::vector<Bf16> dequantize_fp8_block(const std::vector<uint8_t>& q, const std::vector<float>& scale, int64_t rows,
-                                       int64_t cols) {
-  constexpr int64_t t = SharedExpertWeights::kFp8Tile;
-  const int64_t tiles_k = (cols + t - 1) / t;
-  std::vector<Bf16> out(q.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[size_t(r * cols + c)] =
-          bf16_from_float(fmt::e4m3_value(q[size_t(r * cols + c)]) * scale[size_t((r / t) * tiles_k + c / t)]);
-  return out;
-}
-
 // Uploads the bit patterns of a and then b as one buffer (no conversion).
-DeviceBuffer<__nv_bfloat16> upload_bf16(const std::vector<Bf16>& a, const std::vector<Bf16>& b = {}) {
-  DeviceBuffer<__nv_bfloat16> d(a.size() + b.size());
-  if (!a.empty()) NVFP4_CUDA_CHECK(cudaMemcpy(d.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  if (!b.empty()) NVFP4_CUDA_CHECK(cudaMemcpy(d.get() + a.size(), b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+template <typename D, typename H>
+DeviceBuffer<D> upload(const std::vector<H>& a, const std::vector<H>& b = {}) {
+  static_assert(sizeof(D) == sizeof(H));
+  DeviceBuffer<D> d(a.size() + b.size());
+  if (!a.empty()) NVFP4_CUDA_CHECK(cudaMemcpy(d.get(), a.data(), a.size() * sizeof(H), cudaMemcpyHostToDevice));
+  if (!b.empty())
+    NVFP4_CUDA_CHECK(cudaMemcpy(d.get() + a.size(), b.data(), b.size() * sizeof(H), cudaMemcpyHostToDevice));
   return d;
 }
 
@@ -45,15 +32,24 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
   if (!inter_) return;
   NVFP4_CHECK(max_tokens >= 1, "shared expert: max_tokens must be >= 1, got ", max_tokens);
   w.validate(hidden_, inter_);
-  if (w.format == SharedExpertFormat::Fp8Block) {
-    // FP8 block-scaled weights run as their exact BF16 dequantization (see
-    // dequantize_fp8_block): the same kernels, twice the bytes of the FP8 form.
-    w13_ = upload_bf16(dequantize_fp8_block(w.w1_fp8, w.w1_scale, inter_, hidden_),
-                       dequantize_fp8_block(w.w3_fp8, w.w3_scale, inter_, hidden_));
-    w2_ = upload_bf16(dequantize_fp8_block(w.w2_fp8, w.w2_scale, hidden_, inter_));
+  format_ = w.format;
+  if (format_ == SharedExpertFormat::Fp8Block) {
+    // The FP8 bytes in the kernels' fragment order (half the bytes of BF16
+    // to stream per forward); the kernels turn them into BF16 in registers.
+    std::vector<uint8_t> w13 = w.w1_fp8;
+    w13.insert(w13.end(), w.w3_fp8.begin(), w.w3_fp8.end());
+    w13_fp8_ = upload<uint8_t>(fp8_fragments(w13, gate_up_fragments()));
+    w2_fp8_ = upload<uint8_t>(fp8_fragments(w.w2_fp8, down_fragments()));
+    w13_scale_ = upload<float>(fp8_group_scales(w.w1_scale, inter_, hidden_), fp8_group_scales(w.w3_scale, inter_, hidden_));
+    w2_scale_ = upload<float>(fp8_group_scales(w.w2_scale, hidden_, inter_));
+    partial_ = DeviceBuffer<float>(size_t(kFp8MaxSplitRows) * 64 * size_t(std::max(2 * inter_, hidden_)));
+    counters_ = DeviceBuffer<int32_t>(size_t(shared_fp8_counters(hidden_, inter_)));
+    NVFP4_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
+    sms_ = sm_count();
+    shared_expert_fp8_prepare();
   } else {
-    w13_ = upload_bf16(w.w1, w.w3);
-    w2_ = upload_bf16(w.w2);
+    w13_ = upload<__nv_bfloat16>(w.w1, w.w3);
+    w2_ = upload<__nv_bfloat16>(w.w2);
   }
   cublas_ws_ = DeviceBuffer<uint8_t>(size_t(32) << 20);
   cublas_ = std::make_unique<CublasHandle>();
@@ -76,6 +72,26 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
   if (!x_is_bf16) {
     f32_to_bf16(static_cast<const float*>(x), tokens * hidden_, xb_.get(), stream);
     xb = xb_.get();
+  }
+  if (format_ == SharedExpertFormat::Fp8Block) {
+    const SharedFp8Args a{.x = xb,
+                          .tokens = tokens,
+                          .hidden = hidden_,
+                          .inter = inter_,
+                          .w13 = w13_fp8_.get(),
+                          .w13_scale = w13_scale_.get(),
+                          .w2 = w2_fp8_.get(),
+                          .w2_scale = w2_scale_.get(),
+                          .has_limit = limit_.has_value(),
+                          .limit = limit_.value_or(0.0f),
+                          .h = h_.get(),
+                          .out = out,
+                          .partial = partial_.get(),
+                          .counters = counters_.get(),
+                          .sms = sms_,
+                          .force_splits = fp8_splits_};
+    shared_expert_fp8(a, stream);
+    return;
   }
   const SharedExpertArgs a{.x = xb,
                            .tokens = tokens,
@@ -101,6 +117,12 @@ void DeviceSharedExpert::run_ref(const void* x, bool x_is_bf16, int64_t tokens, 
                               .inter = inter_,
                               .w13 = w13_.get(),
                               .w2 = w2_.get(),
+                              .w13_fp8 = w13_fp8_.get(),
+                              .w13_scale = w13_scale_.get(),
+                              .w2_fp8 = w2_fp8_.get(),
+                              .w2_scale = w2_scale_.get(),
+                              .w13_geometry = gate_up_fragments(),
+                              .w2_geometry = down_fragments(),
                               .has_limit = limit_.has_value(),
                               .limit = limit_.value_or(0.0f),
                               .h = gate_up_.get(),

@@ -173,10 +173,11 @@ TEST(CudaMoe, HashRoutingMatchesCpu) {
 }
 
 // A block-scaled FP8 shared expert (DeepSeek-V4's format: E8M0 tile scales,
-// powers of two) runs as its exact BF16 dequantization: the layer equals
-// the same layer built with the BF16 twin of the shared expert, bit for bit,
-// and the CPU backend's FP8 path within the tolerance. Arbitrary F32 tile
-// scales (weight_scale_inv) are within the tolerance of the CPU too.
+// powers of two, or arbitrary F32 weight_scale_inv factors) runs on its FP8
+// bytes: within the tolerance of the CPU backend's FP8 path, through the
+// GEMV-width and the 64-token tiles alike; with power-of-two scales it is
+// the same layer as its BF16 twin, up to the summation order (the outputs
+// differ by BF16 rounding steps, far inside the tolerance).
 TEST(CudaMoe, Fp8BlockScaledSharedExpert) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -186,15 +187,17 @@ TEST(CudaMoe, Fp8BlockScaledSharedExpert) {
   for (const TileScales kind : {TileScales::PowersOfTwo, TileScales::Arbitrary}) {
     MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
     w.shared = random_fp8_shared(rng, cfg.hidden, cfg.shared_inter(), kind);
-    Moe gpu = gpu_moe(w, 64);
+    Moe gpu = gpu_moe(w, 100);
     Moe cpu = cpu_twin(w);
-    check_against_cpu(gpu, cpu, w, 64, rng.next());
+    for (int64_t T : {3, 100}) check_against_cpu(gpu, cpu, w, T, rng.next());
     if (kind != TileScales::PowersOfTwo) continue;
     MoeWeights w16 = w;
     w16.shared = bf16_twin(w.shared, cfg.hidden, cfg.shared_inter());
-    Moe gpu16 = gpu_moe(w16, 64);
+    Moe gpu16 = gpu_moe(w16, 100);
     const std::vector<float> x = random_normal(rng, 17 * cfg.hidden);
-    EXPECT_EQ(gpu.forward_host({.x = x, .tokens = 17}).y, gpu16.forward_host({.x = x, .tokens = 17}).y);
+    const std::vector<float> y8 = gpu.forward_host({.x = x, .tokens = 17}).y;
+    const std::vector<float> y16 = gpu16.forward_host({.x = x, .tokens = 17}).y;
+    EXPECT_LT(rel_l2(y8, y16), 2e-3);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/swiglu.cuh"
+#include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -12,6 +13,13 @@ constexpr int kThreads = 128;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Weight (row, k) of a [rows, K] projection: BF16, or E4M3 x its tile scale.
+__device__ __forceinline__ float weight(const __nv_bfloat16* wb, const uint8_t* wq, const float* scale,
+                                        const Fp8FragmentGeometry& geo, int64_t K, int64_t row, int64_t k) {
+  if (!wq) return __bfloat162float(wb[row * K + k]);
+  return fmt::e4m3_value(wq[fp8_fragment_offset(geo, row, k)]) * scale[(row / 8) * ((K + 127) / 128) + k / 128];
+}
 
 // grid (tokens, ceil(Is / kThreads)); smem: H floats of x.
 template <typename XT>
@@ -25,8 +33,8 @@ __global__ void shared_gate_up_ref_kernel(SharedExpertRefArgs a) {
   if (i >= Is) return;
   float gate = 0.0f, up = 0.0f;
   for (int64_t k = 0; k < H; ++k) {
-    gate += row[k] * __bfloat162float(a.w13[i * H + k]);
-    up += row[k] * __bfloat162float(a.w13[(Is + i) * H + k]);
+    gate += row[k] * weight(a.w13, a.w13_fp8, a.w13_scale, a.w13_geometry, H, i, k);
+    up += row[k] * weight(a.w13, a.w13_fp8, a.w13_scale, a.w13_geometry, H, Is + i, k);
   }
   a.h[t * Is + i] = swiglu_limited(gate, up, a.has_limit, a.limit);
 }
@@ -40,7 +48,7 @@ __global__ void shared_down_ref_kernel(SharedExpertRefArgs a) {
   const int64_t n = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (n >= H) return;
   float acc = 0.0f;
-  for (int64_t k = 0; k < Is; ++k) acc += row[k] * __bfloat162float(a.w2[n * Is + k]);
+  for (int64_t k = 0; k < Is; ++k) acc += row[k] * weight(a.w2, a.w2_fp8, a.w2_scale, a.w2_geometry, Is, n, k);
   a.out[t * H + n] = acc;
 }
 

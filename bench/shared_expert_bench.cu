@@ -1,0 +1,174 @@
+// nvfp4moe_shared_expert_bench: the shared expert of DeepSeek-V4-Pro
+// (H=7168, Is=3072) and -Flash (H=4096, Is=2048) on one GPU, through the
+// backend's DeviceSharedExpert, with block-scaled FP8 weights (on their FP8
+// bytes) and with the BF16 weights of the same values, side by side.
+//
+// Three copies of each layer's weights are cycled (the weights of
+// consecutive layers, as in a model), so that no run finds the previous
+// run's weights in L2. Ceilings are measured in the same run: HBM read
+// bandwidth and the BF16 dense peak (cuBLAS). Roofline per row:
+// max(weight bytes / read BW, 6 T H Is / BF16 peak). Usage:
+//   nvfp4moe_shared_expert_bench [--tokens 1,8,16,32,64,128,512,2048] [--reps N]
+// Prints one markdown table.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/bench_ceilings.hpp"
+#include "common/splitmix.hpp"
+#include "cuda/backend/device_shared_expert.hpp"
+#include "cuda/cuda_check.hpp"
+#include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/moe.hpp"
+
+using namespace nvfp4moe;
+using namespace nvfp4moe::cuda;
+
+namespace {
+
+constexpr int kCopies = 3;
+
+struct Geometry {
+  const char* name;
+  int64_t hidden, inter;
+};
+
+// Random E4M3 weights (no NaN) with power-of-two tile scales, as DeepSeek-V4
+// stores its shared experts, and the BF16 weights of the same values.
+struct Layer {
+  SharedExpertWeights fp8, bf16;
+};
+
+std::vector<uint8_t> random_e4m3(SplitMix64& rng, int64_t n) {
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  for (auto& b : v) {
+    b = uint8_t(rng.next());
+    if ((b & 0x7F) == 0x7F) b = 0x3F;
+  }
+  return v;
+}
+
+std::vector<Bf16> widen(const std::vector<uint8_t>& q, const std::vector<float>& scale, int64_t rows, int64_t cols) {
+  const int64_t tiles_k = (cols + 127) / 128;
+  std::vector<Bf16> w(q.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      w[size_t(r * cols + c)] =
+          bf16_from_float(fmt::e4m3_value(q[size_t(r * cols + c)]) * scale[size_t((r / 128) * tiles_k + c / 128)]);
+  return w;
+}
+
+Layer make_layer(const Geometry& g, uint64_t seed) {
+  SplitMix64 rng{seed};
+  const int64_t H = g.hidden, Is = g.inter;
+  Layer l;
+  SharedExpertWeights& f = l.fp8;
+  f.format = SharedExpertFormat::Fp8Block;
+  f.w1_fp8 = random_e4m3(rng, Is * H);
+  f.w3_fp8 = random_e4m3(rng, Is * H);
+  f.w2_fp8 = random_e4m3(rng, H * Is);
+  auto scales = [&](int64_t rows, int64_t cols) {
+    std::vector<float> s(size_t(((rows + 127) / 128) * ((cols + 127) / 128)));
+    for (auto& v : s) v = std::ldexp(1.0f, -12 + int(rng.next() % 4));
+    return s;
+  };
+  f.w1_scale = scales(Is, H);
+  f.w3_scale = scales(Is, H);
+  f.w2_scale = scales(H, Is);
+  l.bf16.format = SharedExpertFormat::Bf16;
+  l.bf16.w1 = widen(f.w1_fp8, f.w1_scale, Is, H);
+  l.bf16.w3 = widen(f.w3_fp8, f.w3_scale, Is, H);
+  l.bf16.w2 = widen(f.w2_fp8, f.w2_scale, H, Is);
+  return l;
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64_mix(seed + i * kSplitMixGamma);
+    p[i] = __float2bfloat16(float(int(r % 17) - 8) / 8.0f);
+  }
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    const long long x = std::strtoll(p, &end, 10);
+    if (end == p || x < 1 || x > 65536) {
+      std::fprintf(stderr, "--tokens: '%s' is not a list of integers in [1, 65536]\n", s);
+      std::exit(2);
+    }
+    v.push_back(x);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> tokens = {1, 8, 16, 32, 64, 128, 512, 2048};
+  int reps = 30;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tokens" && i + 1 < argc) {
+      tokens = parse_list(argv[++i]);
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(3, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: nvfp4moe_shared_expert_bench [--tokens LIST] [--reps N]\n");
+      return 2;
+    }
+  }
+  const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
+  const double read_bw = measure_read_bandwidth(int64_t(2) << 30, 10);
+  const double peak = measure_bf16_gemm_flops(8192, 8192, 8192, 5);
+  std::printf("ceilings: HBM read %.2f TB/s, BF16 dense %.0f TFLOP/s\n\n", read_bw / 1e12, peak / 1e12);
+  std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | FP8 roofline us | FP8 fraction | FP8 us at K splits 1 / 2 / 4 / 8 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Geometry g : {Geometry{"V4-Pro", 7168, 3072}, Geometry{"V4-Flash", 4096, 2048}}) {
+    MoeConfig cfg = dsv4_pro_config();
+    cfg.hidden = g.hidden;
+    cfg.intermediate = g.inter;
+    cfg.shared_experts = 1;
+    cfg.shared_intermediate = g.inter;
+    const Layer layer = make_layer(g, 0x5eed + uint64_t(g.hidden));
+    std::vector<std::unique_ptr<DeviceSharedExpert>> fp8, bf16;
+    for (int c = 0; c < kCopies; ++c) {
+      fp8.push_back(std::make_unique<DeviceSharedExpert>(layer.fp8, cfg, max_t));
+      bf16.push_back(std::make_unique<DeviceSharedExpert>(layer.bf16, cfg, max_t));
+    }
+    DeviceBuffer<__nv_bfloat16> x(size_t(max_t * g.hidden));
+    DeviceBuffer<float> out(size_t(max_t * g.hidden));
+    fill_bf16<<<1024, 256>>>(x.get(), x.size(), 7);
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    const double weight_bytes = 3.0 * double(g.hidden) * double(g.inter);  // FP8: one byte per weight
+    for (const int64_t T : tokens) {
+      int next = 0;
+      auto timed = [&](std::vector<std::unique_ptr<DeviceSharedExpert>>& layers) {
+        return median_time_us(reps, [&] {
+          layers[size_t(next)]->run(x.get(), true, T, out.get(), nullptr);
+          next = (next + 1) % kCopies;
+        });
+      };
+      const double t16 = timed(bf16), t8 = timed(fp8);
+      std::string sweep;
+      for (const int splits : {1, 2, 4, 8}) {
+        for (auto& l : fp8) l->set_fp8_splits(splits);
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%s%.1f", sweep.empty() ? "" : " / ", timed(fp8));
+        sweep += cell;
+      }
+      for (auto& l : fp8) l->set_fp8_splits(0);
+      const double roof = std::max(weight_bytes / read_bw, 6.0 * double(T) * double(g.hidden) * double(g.inter) / peak) * 1e6;
+      std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s |\n", g.name, static_cast<long long>(T), t16,
+                  t8, t16 / t8, roof, 100.0 * roof / t8, sweep.c_str());
+    }
+  }
+  return 0;
+}

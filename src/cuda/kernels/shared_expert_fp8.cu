@@ -1,0 +1,382 @@
+// shared_expert_fp8 (see shared_expert_fp8.hpp).
+#include "cuda/kernels/shared_expert_fp8.hpp"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/fp8_dequant.cuh"
+#include "cuda/kernels/swiglu.cuh"
+#include "cuda/layout/fp8_fragment_layout.hpp"
+#include "cuda/ptx/sm80_mma_cp_async.cuh"
+#include "cuda/ptx/sm90_ld_cvt.cuh"
+
+namespace nvfp4moe::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileK = int(kFp8ScaleTile);  // K columns per pipeline step: one scale tile
+constexpr int kChunkK = 64;                 // K columns of one mma pass: 16 per lane quad
+constexpr int kChunks = kTileK / kChunkK;
+constexpr int kTokenTile = 64;              // tokens of one CTA at most (8 n8 tiles)
+constexpr int kXStride = kTileK + 8;        // BF16 per shared row: 272 bytes, conflict-free 16-byte reads
+constexpr int kMaxSplits = 8;
+
+// The projection one launch computes: gate/up (kSwiGlu, rows = 2 Is, h out)
+// or down (rows = H, out f32).
+struct Fp8Projection {
+  const __nv_bfloat16* x;  // [T, K]
+  int32_t tokens, K, rows, tiles_k;
+  const uint8_t* w;        // fp8_fragment_layout.hpp: [m-tile][K tile] x 2 KB
+  const float* scale;      // [rows / 8, tiles_k]
+  bool has_limit;
+  float limit;
+  __nv_bfloat16* h;        // gate/up: [T, rows / 2]
+  float* out;              // down: [T, rows]
+  float* partial;          // [splits, token tiles, 64, rows]
+  int32_t* counters;       // [token tiles, row blocks]
+};
+
+// Rows of a CTA: 4 warps x (8 gate + 8 up) rows, or 4 x 16 down rows.
+template <bool kSwiGlu>
+constexpr int kBlockRows = kSwiGlu ? 32 : 64;
+
+// The two weight rows of lane (g, t) of `warp` in row block rb (-1: past the end).
+template <bool kSwiGlu>
+__device__ __forceinline__ void lane_rows(const Fp8Projection& p, int rb, int warp, int g, int& lo, int& hi) {
+  if constexpr (kSwiGlu) {
+    const int half = p.rows / 2, r = rb * 32 + warp * 8;
+    lo = r < half ? r + g : -1;
+    hi = r < half ? half + r + g : -1;
+  } else {
+    const int r = rb * 64 + warp * 16;
+    lo = r < p.rows ? r + g : -1;
+    hi = r < p.rows ? r + 8 + g : -1;
+  }
+}
+
+// Up to 16 tokens the x operand goes from global memory (L1) straight into
+// registers, a stage ahead like the weights: no shared memory, no barrier,
+// each warp streams on its own. Wider token tiles stage x in shared memory
+// once for the CTA's 4 warps.
+template <int kNT>
+constexpr bool kXInRegisters = kNT <= 2;
+
+// One K tile of a lane: chunk c's 16 bytes at columns 64c + 16t of its two
+// rows, their tile scales, and (kXInRegisters) the same 16 columns of the
+// lane's token g of each n8 tile, as two 16-byte pieces.
+template <int kNT>
+struct StageRegs {
+  uint4 lo[kChunks], hi[kChunks];
+  float scale_lo, scale_hi;
+  uint4 x[kXInRegisters<kNT> ? kNT : 1][kChunks][2];
+};
+
+// m-tile u's K tile kt: chunk c's lo piece of every lane, then its hi
+// piece, 512 contiguous bytes each.
+template <int kNT>
+__device__ __forceinline__ void load_weight_tile(const Fp8Projection& p, int u, int row_lo, int row_hi, int kt,
+                                                 int lane, StageRegs<kNT>& w) {
+  if (row_lo < 0) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) w.lo[c] = w.hi[c] = make_uint4(0u, 0u, 0u, 0u);
+    w.scale_lo = w.scale_hi = 0.0f;
+    return;
+  }
+  const uint8_t* base = p.w + (int64_t(u) * p.tiles_k + kt) * kFp8FragTileBytes + lane * 16;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    w.lo[c] = ptx::ld_global_stream_v4(base + (2 * c) * 512);
+    w.hi[c] = ptx::ld_global_stream_v4(base + (2 * c + 1) * 512);
+  }
+  w.scale_lo = __ldg(p.scale + int64_t(row_lo / 8) * p.tiles_k + kt);
+  w.scale_hi = __ldg(p.scale + int64_t(row_hi / 8) * p.tiles_k + kt);
+}
+
+// The lane's x pieces of K tile kt (kXInRegisters): zero past T and K.
+template <int kNT>
+__device__ __forceinline__ void load_x_regs(const Fp8Projection& p, int token0, int kt, int g, int t,
+                                            StageRegs<kNT>& w) {
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int token = token0 + n * 8 + g, col = kt * kTileK + c * kChunkK + 16 * t;
+      const bool in = token < p.tokens && col < p.K;
+      const __nv_bfloat16* src = p.x + int64_t(token) * p.K + col;
+      w.x[n][c][0] = in ? ptx::ld_global_nc_v4(src) : make_uint4(0u, 0u, 0u, 0u);
+      w.x[n][c][1] = in ? ptx::ld_global_nc_v4(src + 8) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// x[token0 + n, 128 kt + c] for the CTA's tokens into one shared buffer;
+// tokens past T and columns past K are zero-filled.
+template <int kNT>
+__device__ __forceinline__ void load_x_tile(const Fp8Projection& p, int token0, int kt, __nv_bfloat16* xs) {
+  constexpr int kPieces = kNT * 8 * (kTileK / 8);  // 16-byte pieces
+  for (int i = int(threadIdx.x); i < kPieces; i += kThreads) {
+    const int n = i / (kTileK / 8), col = (i % (kTileK / 8)) * 8, token = token0 + n, k = kt * kTileK + col;
+    const bool in = token < p.tokens && k < p.K;
+    ptx::cp_async_16(xs + n * kXStride + col, in ? p.x + int64_t(token) * p.K + k : p.x, in ? 16 : 0);
+  }
+  ptx::cp_async_commit();
+}
+
+// Independent accumulator chains of one tile: mma.sync waits for the
+// previous mma on the same accumulator, so consecutive mmas go to different
+// ones (kNT token tiles x kChains by step).
+template <int kNT>
+constexpr int kChains = kNT >= 4 ? 1 : 4 / kNT;
+
+// acc += scale x (one K tile of the lane's rows against the CTA's tokens).
+// Lane quad t feeds columns 16t..16t+15 of a chunk to mma step s as k-slots
+// (2t, 2t+1, 2t+8, 2t+9) <- columns 16t + 4s + (0, 1, 2, 3), the same
+// permutation for weights and x, so that both are read 16 bytes at a time.
+template <int kNT>
+__device__ __forceinline__ void multiply_tile(const StageRegs<kNT>& w, const __nv_bfloat16* xs, int g, int t,
+                                              float (&acc)[kNT][4]) {
+  constexpr int C = kChains<kNT>;
+  float tile[C][kNT][4];
+#pragma unroll
+  for (int ch = 0; ch < C; ++ch)
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) tile[ch][n][0] = tile[ch][n][1] = tile[ch][n][2] = tile[ch][n][3] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const uint32_t lo[4] = {w.lo[c].x, w.lo[c].y, w.lo[c].z, w.lo[c].w};
+    const uint32_t hi[4] = {w.hi[c].x, w.hi[c].y, w.hi[c].z, w.hi[c].w};
+    uint32_t a[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      a[s][0] = e4m3x2_to_bf16x2(uint16_t(lo[s]));
+      a[s][1] = e4m3x2_to_bf16x2(uint16_t(hi[s]));
+      a[s][2] = e4m3x2_to_bf16x2(uint16_t(lo[s] >> 16));
+      a[s][3] = e4m3x2_to_bf16x2(uint16_t(hi[s] >> 16));
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // columns 16t + 8 half .. + 7: steps 2 half, 2 half + 1
+      uint4 b[kNT];
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        if constexpr (kXInRegisters<kNT>)
+          b[n] = w.x[n][c][half];
+        else
+          b[n] = *reinterpret_cast<const uint4*>(xs + (n * 8 + g) * kXStride + c * kChunkK + 16 * t + 8 * half);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int s = 2 * half + j;
+#pragma unroll
+        for (int n = 0; n < kNT; ++n)
+          ptx::mma_m16n8k16_bf16(tile[s % C][n], a[s], j ? b[n].z : b[n].x, j ? b[n].w : b[n].y);
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+    float v[4] = {tile[0][n][0], tile[0][n][1], tile[0][n][2], tile[0][n][3]};
+#pragma unroll
+    for (int ch = 1; ch < C; ++ch)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] += tile[ch][n][i];
+    acc[n][0] += v[0] * w.scale_lo;
+    acc[n][1] += v[1] * w.scale_lo;
+    acc[n][2] += v[2] * w.scale_hi;
+    acc[n][3] += v[3] * w.scale_hi;
+  }
+}
+
+// v: the lane's sums, (row lo, token 2t + j) in v[n][j] and (row hi, token
+// 2t + j) in v[n][2 + j] of n8 tile n. Gate/up: row lo is a gate row, row hi
+// its up row.
+template <int kNT, bool kSwiGlu>
+__device__ __forceinline__ void store_rows(const Fp8Projection& p, int token0, int row_lo, int row_hi, int t,
+                                           const float (&v)[kNT][4]) {
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int token = token0 + n * 8 + 2 * t + j;
+      if (token >= p.tokens) continue;
+      if constexpr (kSwiGlu) {
+        const int half = p.rows / 2;
+        p.h[int64_t(token) * half + row_lo] =
+            __float2bfloat16_rn(swiglu_limited(v[n][j], v[n][2 + j], p.has_limit, p.limit));
+      } else {
+        p.out[int64_t(token) * p.rows + row_lo] = v[n][j];
+        p.out[int64_t(token) * p.rows + row_hi] = v[n][2 + j];
+      }
+    }
+}
+
+// Pipeline depth in K tiles: the weights of kStages - 1 tiles and their x
+// tiles in flight while one is multiplied (register-bound at 64 tokens).
+template <int kNT>
+constexpr int kStages = kNT == 8 || kNT == 2 ? 2 : kNT == 1 ? 3 : 4;
+
+template <int kNT>
+constexpr size_t x_smem_bytes() {
+  return kXInRegisters<kNT> ? 0 : size_t(kStages<kNT>) * kNT * 8 * kXStride * sizeof(__nv_bfloat16);
+}
+
+// grid (token tiles, row blocks, K splits); dynamic smem x_smem_bytes<kNT>().
+template <int kNT, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projection p) {
+  constexpr int S = kStages<kNT>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [S][kNT * 8][kXStride]
+  constexpr int kXTile = kNT * 8 * kXStride;
+  __shared__ int is_last;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int tile = int(blockIdx.x), rb = int(blockIdx.y), split = int(blockIdx.z), splits = int(gridDim.z);
+  const int token0 = tile * kTokenTile;
+  const int kt0 = int(int64_t(p.tiles_k) * split / splits), kt1 = int(int64_t(p.tiles_k) * (split + 1) / splits);
+  int row_lo, row_hi;
+  lane_rows<kSwiGlu>(p, rb, warp, g, row_lo, row_hi);
+  const int u = rb * kWarps + warp;  // the warp's m-tile
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+  // Tile j lives in ring slot (j - kt0) % S. With x in shared memory every
+  // step commits one cp.async group (empty past the end), so "all but the
+  // newest S - 1" is tile kt.
+  constexpr bool kRegs = kXInRegisters<kNT>;
+  StageRegs<kNT> ring[S];
+  auto issue = [&](int kt, int slot) {
+    if (kt < kt1) {
+      if constexpr (kRegs)
+        load_x_regs<kNT>(p, token0, kt, g, t, ring[slot]);
+      else
+        load_x_tile<kNT>(p, token0, kt, xs + slot * kXTile);
+      load_weight_tile<kNT>(p, u, row_lo, row_hi, kt, lane, ring[slot]);
+    } else if constexpr (!kRegs) {
+      ptx::cp_async_commit();
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(kt0 + s, s);
+  for (int kt = kt0; kt < kt1; kt += S) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (kt + s >= kt1) break;
+      issue(kt + s + S - 1, (s + S - 1) % S);
+      if constexpr (!kRegs) {
+        ptx::cp_async_wait<S - 1>();
+        __syncthreads();
+      }
+      multiply_tile<kNT>(ring[s], xs + s * kXTile, g, t, acc);
+      if constexpr (!kRegs) __syncthreads();  // slot s is refilled at the next step
+    }
+  }
+
+  if (splits == 1) {
+    if (row_lo >= 0) store_rows<kNT, kSwiGlu>(p, token0, row_lo, row_hi, t, acc);
+    return;
+  }
+  // Split K: publish this split's sums; the last CTA of the output block
+  // adds all splits in order.
+  const int tiles = int(gridDim.x);
+  auto slot = [&](int s, int n, int j) {
+    return (int64_t((s * tiles + tile) * kTokenTile + n * 8 + 2 * t + j)) * p.rows;
+  };
+  if (row_lo >= 0) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        p.partial[slot(split, n, j) + row_lo] = acc[n][j];
+        p.partial[slot(split, n, j) + row_hi] = acc[n][2 + j];
+      }
+  }
+  __threadfence();
+  __syncthreads();
+  int32_t* counter = p.counters + int64_t(tile) * gridDim.y + rb;
+  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  if (row_lo < 0) return;
+  float sum[kNT][4];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float lo = 0.0f, hi = 0.0f;
+      for (int s = 0; s < splits; ++s) {
+        lo += __ldcg(p.partial + slot(s, n, j) + row_lo);
+        hi += __ldcg(p.partial + slot(s, n, j) + row_hi);
+      }
+      sum[n][j] = lo;
+      sum[n][2 + j] = hi;
+    }
+  store_rows<kNT, kSwiGlu>(p, token0, row_lo, row_hi, t, sum);
+}
+
+template <bool kSwiGlu>
+void launch_projection(const Fp8Projection& p, int n8_tiles, int splits_wanted, int sms, cudaStream_t stream) {
+  const int tiles = int(ceil_div(p.tokens, kTokenTile));
+  const int blocks = int(ceil_div(kSwiGlu ? p.rows / 2 : p.rows, kBlockRows<kSwiGlu>));
+  // About four CTAs per SM keep HBM busy at decode; more splits would only
+  // add partial sums. The workspace holds kFp8MaxSplitRows token tiles of them.
+  int splits = splits_wanted > 0 ? splits_wanted : int(ceil_div(4 * int64_t(sms), int64_t(tiles) * blocks));
+  splits = std::max(1, std::min({splits, kMaxSplits, p.tiles_k, int(kFp8MaxSplitRows / tiles)}));
+  const dim3 grid{unsigned(tiles), unsigned(blocks), unsigned(splits)};
+  switch (n8_tiles) {
+    case 1: shared_fp8_kernel<1, kSwiGlu><<<grid, kThreads, x_smem_bytes<1>(), stream>>>(p); break;
+    case 2: shared_fp8_kernel<2, kSwiGlu><<<grid, kThreads, x_smem_bytes<2>(), stream>>>(p); break;
+    case 4: shared_fp8_kernel<4, kSwiGlu><<<grid, kThreads, x_smem_bytes<4>(), stream>>>(p); break;
+    default: shared_fp8_kernel<8, kSwiGlu><<<grid, kThreads, x_smem_bytes<8>(), stream>>>(p); break;
+  }
+  NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_kernel<gate/up>" : "shared_fp8_kernel<down>");
+}
+
+}  // namespace
+
+bool shared_fp8_supports(const SharedFp8Args& a) {
+  return a.tokens >= 0 && a.hidden > 0 && a.inter > 0 && a.hidden % 16 == 0 && a.inter % 16 == 0 &&
+         2 * a.inter < (int64_t(1) << 30) && a.hidden < (int64_t(1) << 30) && a.tokens < (int64_t(1) << 30) &&
+         aligned_to(a.x, 16) && aligned_to(a.w13, 16) && aligned_to(a.w2, 16) && aligned_to(a.h, 16);
+}
+
+int64_t shared_fp8_counters(int64_t hidden, int64_t inter) {
+  return kFp8MaxSplitRows * std::max(ceil_div(inter, kBlockRows<true>), ceil_div(hidden, kBlockRows<false>));
+}
+
+std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols) {
+  const int64_t tiles_k = ceil_div(cols, kFp8ScaleTile), groups = rows / kFp8ScaleGroup;
+  NVFP4_CHECK(rows % kFp8ScaleGroup == 0 && int64_t(tile_scale.size()) == ceil_div(rows, kFp8ScaleTile) * tiles_k,
+              "fp8_group_scales: ", tile_scale.size(), " tile scales for a [", rows, ", ", cols, "] projection");
+  std::vector<float> table(size_t(groups * tiles_k));
+  for (int64_t gr = 0; gr < groups; ++gr)
+    for (int64_t kt = 0; kt < tiles_k; ++kt)
+      table[size_t(gr * tiles_k + kt)] = tile_scale[size_t((gr * kFp8ScaleGroup / kFp8ScaleTile) * tiles_k + kt)];
+  return table;
+}
+
+// The 64-token kernels take more than the default 48 KB of shared memory.
+void shared_expert_fp8_prepare() {
+  allow_smem_at_least(shared_fp8_kernel<8, true>, x_smem_bytes<8>());
+  allow_smem_at_least(shared_fp8_kernel<8, false>, x_smem_bytes<8>());
+}
+
+void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
+  NVFP4_CHECK(shared_fp8_supports(a), "shared_expert_fp8: unsupported T=", a.tokens, " H=", a.hidden, " Is=", a.inter,
+              " (H and Is multiples of 16, 16-byte aligned x, weights and h)");
+  if (a.tokens == 0) return;
+  const int n8 = a.tokens <= 8 ? 1 : a.tokens <= 16 ? 2 : a.tokens <= 32 ? 4 : 8;
+  const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
+  const Fp8Projection gate_up{.x = a.x, .tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
+                              .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
+                              .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
+  launch_projection<true>(gate_up, n8, a.force_splits, a.sms, stream);
+  const Fp8Projection down{.x = a.h, .tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
+                           .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
+                           .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
+  launch_projection<false>(down, n8, a.force_splits, a.sms, stream);
+}
+
+}  // namespace nvfp4moe::cuda

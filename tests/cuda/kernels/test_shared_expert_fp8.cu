@@ -1,0 +1,247 @@
+// The FP8 shared expert on its FP8 bytes (shared_expert_fp8): the E4M3 ->
+// BF16 register conversion bit for bit on every byte pair; one-hot tokens,
+// whose gate and up are single weights, so every converted weight shows in h;
+// random inputs against an FP64 evaluation from the same BF16 x and the
+// kernel's own h, at every token-tile width, forced and chosen K splits and
+// shapes that are not multiples of the 128-column tile; outputs poisoned
+// first; two runs bit-identical (the split sums are added in order).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/fp8_dequant.cuh"
+#include "cuda/kernels/shared_expert_fp8.hpp"
+#include "cuda/layout/fp8_fragment_layout.hpp"
+#include "format/nvfp4_codec.hpp"
+#include "nvfp4moe/moe.hpp"
+#include "nvfp4moe/types.hpp"
+#include "support/shared_fp8_util.hpp"
+#include "support/test_util.hpp"
+
+namespace nvfp4moe::cuda {
+namespace {
+
+using test::Rng;
+using test::TileScales;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::nvfp4moe::cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+__global__ void convert_pairs_kernel(uint32_t* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 65536u) out[i] = e4m3x2_to_bf16x2(uint16_t(i));
+}
+
+TEST(SharedFp8, E4m3PairsToBf16BitExact) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<uint32_t> d(65536);
+  convert_pairs_kernel<<<256, 256>>>(d.get());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint32_t> got(65536);
+  d.download(got.data(), got.size());
+  int checked = 0;
+  for (uint32_t i = 0; i < 65536u; ++i) {
+    const uint8_t lo = uint8_t(i), hi = uint8_t(i >> 8);
+    if ((lo & 0x7F) == 0x7F || (hi & 0x7F) == 0x7F) continue;  // NaN: refused when weights load
+    const uint32_t want = uint32_t(bf16_from_float(fmt::e4m3_value(lo)).bits) |
+                          (uint32_t(bf16_from_float(fmt::e4m3_value(hi)).bits) << 16);
+    ASSERT_EQ(got[i], want) << "bytes 0x" << std::hex << int(lo) << " 0x" << int(hi);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 254 * 254);
+}
+
+struct Fp8Case {
+  int64_t tokens, hidden, inter;
+  int splits;  // 0: chosen by the kernel
+  bool limit;
+};
+
+std::string case_name(const Fp8Case& c, uint64_t seed) {
+  return "seed=" + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden) +
+         " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits);
+}
+
+struct Fp8Result {
+  std::vector<uint16_t> h;  // [T, Is] BF16 bits
+  std::vector<float> out;   // [T, H]
+};
+
+// One forward on the device, h and out poisoned with NaN first.
+Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const SharedExpertWeights& w) {
+  const int64_t T = c.tokens, H = c.hidden, Is = c.inter;
+  std::vector<uint8_t> w13 = w.w1_fp8;
+  w13.insert(w13.end(), w.w3_fp8.begin(), w.w3_fp8.end());
+  w13 = fp8_fragments(w13, {.rows = 2 * Is, .cols = H, .pairs = true});
+  const std::vector<uint8_t> w2 = fp8_fragments(w.w2_fp8, {.rows = H, .cols = Is, .pairs = false});
+  std::vector<float> s13 = fp8_group_scales(w.w1_scale, Is, H);
+  const std::vector<float> s3 = fp8_group_scales(w.w3_scale, Is, H), s2 = fp8_group_scales(w.w2_scale, H, Is);
+  s13.insert(s13.end(), s3.begin(), s3.end());
+  DeviceBuffer<uint16_t> dx(xb.size()), dh(size_t(T * Is));
+  DeviceBuffer<uint8_t> dw13(w13.size()), dw2(w2.size());
+  DeviceBuffer<float> ds13(s13.size()), ds2(s2.size()), dout(size_t(T * H));
+  DeviceBuffer<float> partial(size_t(kFp8MaxSplitRows) * 64 * size_t(std::max(2 * Is, H)));
+  DeviceBuffer<int32_t> counters(size_t(shared_fp8_counters(H, Is)));
+  dx.upload(xb.data(), xb.size());
+  dw13.upload(w13.data(), w13.size());
+  dw2.upload(w2.data(), w2.size());
+  ds13.upload(s13.data(), s13.size());
+  ds2.upload(s2.data(), s2.size());
+  NVFP4_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+  NVFP4_CUDA_CHECK(cudaMemset(dh.get(), 0xFF, dh.bytes()));      // BF16 NaN
+  NVFP4_CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));  // FP32 NaN
+  SharedFp8Args a;
+  a.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  a.tokens = T;
+  a.hidden = H;
+  a.inter = Is;
+  a.w13 = dw13.get();
+  a.w13_scale = ds13.get();
+  a.w2 = dw2.get();
+  a.w2_scale = ds2.get();
+  a.has_limit = c.limit;
+  a.limit = 10.0f;
+  a.h = reinterpret_cast<__nv_bfloat16*>(dh.get());
+  a.out = dout.get();
+  a.partial = partial.get();
+  a.counters = counters.get();
+  a.sms = sm_count();
+  a.force_splits = c.splits;
+  shared_expert_fp8_prepare();
+  shared_expert_fp8(a, nullptr);
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  Fp8Result r{std::vector<uint16_t>(size_t(T * Is)), std::vector<float>(size_t(T * H))};
+  dh.download(r.h.data(), r.h.size());
+  dout.download(r.out.data(), r.out.size());
+  // The counters are back at zero for the next call.
+  std::vector<int32_t> left(counters.size());
+  counters.download(left.data(), left.size());
+  for (int32_t v : left) EXPECT_EQ(v, 0);
+  return r;
+}
+
+// Weight (row, k) of a [rows, cols] FP8 projection as the checkpoint defines it.
+double weight_value(const std::vector<uint8_t>& q, const std::vector<float>& scale, int64_t cols, int64_t row,
+                    int64_t k) {
+  const int64_t tiles_k = (cols + 127) / 128;
+  return double(fmt::e4m3_value(q[size_t(row * cols + k)])) * scale[size_t((row / 128) * tiles_k + k / 128)];
+}
+
+float swiglu_host(float gate, float up, bool limit) {
+  if (limit) {
+    gate = std::min(gate, 10.0f);
+    up = std::max(-10.0f, std::min(up, 10.0f));
+  }
+  return gate / (1.0f + std::exp(-gate)) * up;
+}
+
+struct ReferenceH {
+  std::vector<float> h;    // [T, Is] before the BF16 rounding
+  std::vector<float> tol;  // what FP32 sums of another order may move it by
+};
+
+// h as the contract defines it from BF16 x: FP64 sums, then swiglu in FP32.
+// Its tolerance: two BF16 steps (the kernel rounds h once and a value next
+// to a rounding boundary may go the other way), plus what an FP32 error of
+// 1e-5 x sum |x w| in gate and up moves swiglu by (|d silu| <= 1.1).
+ReferenceH reference_h(const Fp8Case& c, const std::vector<uint16_t>& xb, const SharedExpertWeights& w) {
+  const int64_t H = c.hidden, Is = c.inter;
+  ReferenceH r{std::vector<float>(size_t(c.tokens * Is)), std::vector<float>(size_t(c.tokens * Is))};
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t i = 0; i < Is; ++i) {
+      double gate = 0.0, up = 0.0, gate_mag = 0.0, up_mag = 0.0;
+      for (int64_t k = 0; k < H; ++k) {
+        const double x = double(bf16_to_float(Bf16{xb[size_t(t * H + k)]}));
+        const double pg = x * weight_value(w.w1_fp8, w.w1_scale, H, i, k), pu = x * weight_value(w.w3_fp8, w.w3_scale, H, i, k);
+        gate += pg;
+        up += pu;
+        gate_mag += std::fabs(pg);
+        up_mag += std::fabs(pu);
+      }
+      const float h = swiglu_host(float(gate), float(up), c.limit);
+      const double silu = std::fabs(gate / (1.0 + std::exp(-gate)));
+      r.h[size_t(t * Is + i)] = h;
+      r.tol[size_t(t * Is + i)] =
+          float(std::fabs(h) * (2.0 / 128.0) + 1e-5 * (1.1 * gate_mag * std::fabs(up) + silu * up_mag) + 1e-30);
+    }
+  return r;
+}
+
+// The kernel's h against the reference, then out against FP64 sums over the
+// kernel's own h, within FP32 summation error.
+void check_result(const Fp8Case& c, const std::vector<uint16_t>& xb, const SharedExpertWeights& w,
+                  const Fp8Result& r) {
+  const int64_t H = c.hidden, Is = c.inter;
+  const ReferenceH ref = reference_h(c, xb, w);
+  for (size_t i = 0; i < ref.h.size(); ++i) {
+    const float got = bf16_to_float(Bf16{r.h[i]});
+    ASSERT_TRUE(std::isfinite(got)) << "h[" << i << "] not written";
+    ASSERT_NEAR(got, ref.h[i], ref.tol[i]) << "h[" << i << "]";
+  }
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int64_t n = 0; n < H; ++n) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < Is; ++i) {
+        const double p = double(bf16_to_float(Bf16{r.h[size_t(t * Is + i)]})) * weight_value(w.w2_fp8, w.w2_scale, Is, n, i);
+        sum += p;
+        mag += std::fabs(p);
+      }
+      const float got = r.out[size_t(t * H + n)];
+      ASSERT_TRUE(std::isfinite(got)) << "out[" << t << ", " << n << "] not written";
+      ASSERT_NEAR(got, sum, 1e-5 * mag + 1e-30) << "out[" << t << ", " << n << "]";
+    }
+}
+
+std::vector<uint16_t> random_bf16(Rng& rng, int64_t n) {
+  std::vector<uint16_t> b(static_cast<size_t>(n));
+  for (auto& v : b) v = bf16_from_float(rng.normal()).bits;
+  return b;
+}
+
+// Token t is the unit vector at column k_t: its gate and up are the single
+// weights W1[i, k_t], W3[i, k_t] (exact sums), so h shows every weight of
+// those columns as converted, subnormal E4M3 values included.
+TEST(SharedFp8, OneHotTokensShowEveryWeight) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  Rng rng(seed);
+  const Fp8Case c{64, 272, 208, 0, false};
+  SCOPED_TRACE(case_name(c, seed));
+  const SharedExpertWeights w = test::random_fp8_shared(rng, c.hidden, c.inter, TileScales::PowersOfTwo);
+  std::vector<uint16_t> xb(size_t(c.tokens * c.hidden), 0);
+  for (int64_t t = 0; t < c.tokens; ++t) xb[size_t(t * c.hidden + (t * 37) % c.hidden)] = bf16_from_float(1.0f).bits;
+  const Fp8Result r = run_fp8(c, xb, w);
+  const std::vector<float> h_ref = reference_h(c, xb, w).h;
+  for (size_t i = 0; i < h_ref.size(); ++i)  // one BF16 step: the device's expf may differ in an FP32 ulp
+    ASSERT_NEAR(bf16_to_float(Bf16{r.h[i]}), h_ref[i], std::fabs(h_ref[i]) / 128.0f) << "h[" << i << "]";
+  check_result(c, xb, w, r);
+}
+
+TEST(SharedFp8, MatchesFp64OnRandomInputs) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  Rng rng(seed);
+  const Fp8Case cases[] = {
+      {1, 256, 128, 0, true},   {5, 272, 208, 0, false},  {8, 512, 384, 1, true},   {9, 272, 208, 3, true},
+      {16, 384, 256, 8, false}, {31, 272, 208, 0, true},  {64, 512, 256, 2, false}, {65, 272, 208, 0, true},
+      {200, 256, 144, 0, true}, {130, 384, 256, 4, false}};
+  for (const Fp8Case& c : cases) {
+    SCOPED_TRACE(case_name(c, seed));
+    const TileScales kind = c.tokens % 2 ? TileScales::Arbitrary : TileScales::PowersOfTwo;
+    const SharedExpertWeights w = test::random_fp8_shared(rng, c.hidden, c.inter, kind);
+    const std::vector<uint16_t> xb = random_bf16(rng, c.tokens * c.hidden);
+    const Fp8Result r = run_fp8(c, xb, w);
+    check_result(c, xb, w, r);
+    const Fp8Result again = run_fp8(c, xb, w);
+    EXPECT_EQ(again.out, r.out);
+    EXPECT_EQ(again.h, r.h);
+  }
+}
+
+}  // namespace
+}  // namespace nvfp4moe::cuda
