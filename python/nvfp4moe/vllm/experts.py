@@ -118,6 +118,12 @@ def make_experts(*, w13_weight: torch.Tensor, w13_weight_scale: torch.Tensor, w1
     vLLM's NVFP4 W4A4 path quantizes activations with the checkpoint's
     input_scale): one static g for x (max over experts) and per-expert g for
     the down projection's input; False quantizes per token / per row."""
+    # vLLM's parameters are torch.nn.Parameter subclasses; hand over their tensors.
+    w13_weight, w13_weight_scale, w13_weight_scale_2, w2_weight, w2_weight_scale, w2_weight_scale_2, \
+        w13_input_scale, w2_input_scale = (
+            t.data if isinstance(t, torch.nn.Parameter) else t
+            for t in (w13_weight, w13_weight_scale, w13_weight_scale_2, w2_weight, w2_weight_scale,
+                      w2_weight_scale_2, w13_input_scale, w2_input_scale))
     n = int(w13_weight.shape[0])
     if w13_weight.dim() != 3 or w2_weight.dim() != 3:
         raise Error(f"w13_weight / w2_weight: expected 3-D [E, rows, K/2], got {list(w13_weight.shape)} / "
