@@ -302,7 +302,10 @@ void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, {"json", "help", "summary", "block-scales", "headers-only"});
+  const Args args(argc, argv,
+                  {flag("json"), flag("help"), flag("summary"), flag("block-scales"), flag("headers-only"),
+                   integer("layer", 0, kMaxLayer)},
+                  1);
   if (args.has("help") || args.positional().empty()) {
     std::fprintf(args.has("help") ? stdout : stderr,
                  "usage: nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales] [--headers-only]\n"
@@ -312,8 +315,6 @@ int cmd_inspect(int argc, char** argv) {
                  "  --headers-only: read no tensor data (no scale values or ranges).\n");
     return args.has("help") ? 0 : 2;
   }
-  args.allow_only({"json", "help", "layer", "summary", "block-scales", "headers-only"});
-  NVFP4_CHECK(args.positional().size() == 1, "inspect takes one PATH, got ", args.positional().size());
   const ModelDir dir(args.positional()[0]);
   const Inspection r = inspect(dir, args);
   if (args.has("json"))

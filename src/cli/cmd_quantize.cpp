@@ -14,7 +14,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <regex>
 #include <set>
 
 #include "checkpoint/file_util.hpp"
@@ -22,6 +21,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
+#include "common/pattern.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
@@ -120,29 +120,23 @@ void print_usage_quantize() {
   std::printf(
       "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX]\n"
       "  IN, OUT: both .safetensors files or both model directories (shards kept).\n"
-      "  Matching 2-D floating tensors become ModelOpt NVFP4 (weight, weight_scale,\n"
-      "  weight_scale_2); default REGEX: %s\n",
+      "  2-D floating tensors whose name REGEX matches anywhere become ModelOpt NVFP4\n"
+      "  (weight, weight_scale, weight_scale_2); default REGEX: %s\n"
+      "  REGEX: literals, \\x for a non-alphanumeric x, \\d \\w \\s (\\D \\W \\S), ., [a-z] [^...],\n"
+      "  * + ?, |, ( ) and (?: ), ^ $ (an ECMAScript subset, matched in linear time).\n",
       kDefaultInclude);
 }
 
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  Args args(argc, argv, {"help"});
+  const Args args(argc, argv, {flag("help"), text("in"), text("out"), text("include")});
   if (args.has("help")) {
     print_usage_quantize();
     return 0;
   }
-  args.allow_only({"in", "out", "include", "help"});
-  NVFP4_CHECK(args.positional().empty(), "unexpected argument '", args.positional().empty() ? "" : args.positional()[0], "'");
   const std::string in = args.require("in"), out = args.require("out");
-  const std::string pattern = args.get("include", kDefaultInclude);
-  std::regex include;
-  try {
-    include = std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    NVFP4_FAIL("--include '", pattern, "' is not a valid regular expression: ", e.what());
-  }
+  const Pattern include(args.get("include", kDefaultInclude), "--include");
 
   Progress progress("quantize");
   std::set<std::string> quantized_layers;
@@ -150,7 +144,7 @@ int cmd_quantize(int argc, char** argv) {
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     progress.set_total(src.tensors().size());
     for (const auto& t : src.tensors()) {
-      if (std::regex_search(t.name, include) && t.shape.size() == 2 && is_float_dtype(t.dtype)) {
+      if (include.search(t.name) && t.shape.size() == 2 && is_float_dtype(t.dtype)) {
         quantize_tensor(t, w);
       } else {
         w.add(t.name, t.dtype, t.shape, t.data);
@@ -166,7 +160,7 @@ int cmd_quantize(int argc, char** argv) {
     for (const auto& name : md.tensor_names()) {
       const TensorInfo& t = md.get(name);
       if (t.shape.size() == 2 && is_float_dtype(t.dtype) && name.size() > 7 &&
-          name.compare(name.size() - 7, 7, ".weight") == 0 && !std::regex_search(name, include))
+          name.compare(name.size() - 7, 7, ".weight") == 0 && !include.search(name))
         excluded.push_back(name.substr(0, name.size() - 7));
     }
     spec.extra_files.push_back({"hf_quant_config.json", hf_quant_config_text(excluded)});
@@ -176,13 +170,12 @@ int cmd_quantize(int argc, char** argv) {
 }
 
 int cmd_dequantize(int argc, char** argv) {
-  Args args(argc, argv, {"help"});
+  const Args args(argc, argv, {flag("help"), text("in"), text("out")});
   if (args.has("help")) {
     std::printf("usage: nvfp4moe dequantize --in IN --out OUT\n"
                 "  Every ModelOpt NVFP4 triple (weight, weight_scale, weight_scale_2) becomes a BF16 weight.\n");
     return 0;
   }
-  args.allow_only({"in", "out", "help"});
   const std::string in = args.require("in"), out = args.require("out");
   Progress progress("dequantize");
   RewriteSpec spec;
