@@ -18,6 +18,7 @@
 #include <map>
 
 #include "checkpoint/model_files.hpp"
+#include "checkpoint/moe_names.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
@@ -46,15 +47,11 @@ bool ends_with(const std::string& s, const char* suf) {
   return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
 }
 
-// "model.layers.12.mlp..." or "layers.12.ffn..." -> 12, else -1.
+// "model.layers.12.mlp..." or "layers.12.ffn..." -> 12, else -1 (MTP
+// blocks too); an index out of range throws naming the tensor.
 int layer_of(const std::string& name) {
-  const char* p = name.c_str();
-  if (std::strncmp(p, "model.", 6) == 0) p += 6;
-  if (std::strncmp(p, "layers.", 7) != 0) return -1;
-  p += 7;
-  int v = 0, digits = 0;
-  for (; *p >= '0' && *p <= '9' && digits < 9; ++p, ++digits) v = v * 10 + (*p - '0');
-  return digits && *p == '.' ? v : -1;
+  const std::optional<MoeBlock> b = block_of_name(name);
+  return b && !b->mtp ? b->index : -1;
 }
 
 Nvfp4Info describe_nvfp4(const ModelDir& dir, const std::string& prefix, bool read_global, bool read_blocks) {

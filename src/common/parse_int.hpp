@@ -31,6 +31,6 @@ int64_t parse_int(std::string_view text, int64_t lo, int64_t hi, std::string_vie
 
 // `text` for a message: itself when at most `max` characters, else its first
 // `max` characters, "..." and its length ("model.layers.99999... (30041 characters)").
-std::string abbreviate(std::string_view text, size_t max = 48);
+std::string abbreviate(std::string_view text, size_t max = 80);
 
 }  // namespace nvfp4moe

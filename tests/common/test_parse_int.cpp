@@ -82,8 +82,8 @@ TEST(ParseInt, MessagesNameTheSourceTheTextAndTheRange) {
 
 TEST(ParseInt, Abbreviate) {
   EXPECT_EQ(abbreviate("short"), "short");
-  EXPECT_EQ(abbreviate(std::string(48, 'a')), std::string(48, 'a'));
-  EXPECT_EQ(abbreviate(std::string(49, 'a')), std::string(48, 'a') + "... (49 characters)");
+  EXPECT_EQ(abbreviate(std::string(80, 'a')), std::string(80, 'a'));
+  EXPECT_EQ(abbreviate(std::string(81, 'a')), std::string(80, 'a') + "... (81 characters)");
   EXPECT_EQ(abbreviate("abcdef", 3), "abc... (6 characters)");
 }
 
