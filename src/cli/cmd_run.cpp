@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_util.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_inputs.hpp"
@@ -70,6 +71,11 @@ int cmd_run(int argc, char** argv) {
   const Backend device = parse_backend(args.get("device", "cpu"));
   const int ranks = int(args.get_int("ep", 1));
   const int threads = int(args.get_int("threads", 0));  // 0: every core
+  // The output before any work: a regular file (or absent, or a symlink to
+  // one), and not one of the inputs.
+  fileio::output_file_target(output);
+  fileio::check_not_input(output, "--output", input, "--input");
+  fileio::check_not_input(output, "--output", model, "--model");
   // --ep with --device cuda: R GPU processes over NCCL (cmd_ep_cuda.cpp, docs/ep.md).
   if (args.has("ep") && device == Backend::Cuda) return cmd_run_ep_cuda(argc, argv);
 
