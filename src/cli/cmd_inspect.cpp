@@ -19,6 +19,7 @@
 
 #include "checkpoint/model_files.hpp"
 #include "checkpoint/moe_names.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
@@ -58,10 +59,12 @@ Nvfp4Info describe_nvfp4(const ModelDir& dir, const std::string& prefix, bool re
   Nvfp4Info info;
   info.prefix = prefix;
   try {
-    Nvfp4Names n(prefix);
-    const TensorInfo& s = dir.get(n.weight_scale);
-    if (read_global) info.global_scale = read_global_scale(dir.get(n.weight_scale_2));
+    // The loader's validation (checkpoint/nvfp4_weight.hpp), to the depth asked for.
+    const Nvfp4Read depth = !read_global ? Nvfp4Read::Headers : read_blocks ? Nvfp4Read::Everything : Nvfp4Read::Scalars;
+    const Nvfp4Weight w = read_nvfp4_weight(dir, prefix, std::nullopt, depth);
+    info.global_scale = w.global_scale;
     if (!read_blocks) return info;
+    const TensorInfo& s = *w.scales;
     float lo = INFINITY, hi = 0.0f;
     for (uint64_t i = 0; i < s.nbytes; ++i) {
       float v = e4m3_decode(s.data[i]);
@@ -174,13 +177,14 @@ Inspection inspect(const ModelDir& dir, const Args& args) {
   for (const auto& name : r.names) {
     if (!ends_with(name, ".weight")) continue;
     const std::string prefix = name.substr(0, name.size() - 7);
-    const bool q = dir.get(name).dtype == DType::U8 && dir.has(prefix + ".weight_scale") &&
-                   dir.has(prefix + ".weight_scale_2");
+    // Packed codes with either scale: an NVFP4 weight, reported MALFORMED when incomplete.
+    const bool has_scale = dir.has(prefix + ".weight_scale");
+    const bool q = dir.get(name).dtype == DType::U8 && (has_scale || dir.has(prefix + ".weight_scale_2"));
     auto& counts = r.per_layer[layer_of(name)];
     (q ? counts.first : counts.second)++;
     if (q) {
       prefixes.push_back(prefix);
-      r.block_scale_bytes += dir.get(prefix + ".weight_scale").nbytes;
+      if (has_scale) r.block_scale_bytes += dir.get(prefix + ".weight_scale").nbytes;
     }
   }
   r.block_scales_read = !headers_only && !args.has("summary") &&

@@ -10,6 +10,9 @@
 // exports hold it; the reader accepts [] and [1].
 // dequantize: every such triple back to a BF16 <prefix>.weight [N, K]
 // (docs/numerics.md §2: value(q) * e4m3(s) * g in FP32, then rounded to BF16).
+// A triple is any prefix with a .weight_scale or .weight_scale_2; it is
+// validated as the loader validates it (checkpoint/nvfp4_weight.hpp), so a
+// NaN or negative block-scale byte or a missing member is an error.
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,6 +21,7 @@
 
 #include "checkpoint/file_util.hpp"
 #include "checkpoint/model_files.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
@@ -181,24 +185,18 @@ int cmd_dequantize(int argc, char** argv) {
   RewriteSpec spec;
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     progress.set_total(src.tensors().size());
-    std::set<std::string> consumed;
-    for (const auto& t : src.tensors()) {
-      const std::string suffix = ".weight_scale";
-      if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        continue;
-      Nvfp4Names n(t.name.substr(0, t.name.size() - suffix.size()));
-      const TensorInfo& codes = src.get(n.weight);
-      const TensorInfo& g = src.get(n.weight_scale_2);
-      NVFP4_CHECK(codes.dtype == DType::U8 && codes.shape.size() == 2, "tensor \"", codes.name,
-                  "\": expected U8 [N, K/2] packed codes, got ", dtype_name(codes.dtype));
-      NVFP4_CHECK(t.dtype == DType::F8E4M3 || t.dtype == DType::U8, "tensor \"", t.name, "\": dtype ",
-                  dtype_name(t.dtype), ", expected F8_E4M3");
-      const int64_t N = codes.shape[0], K = codes.shape[1] * 2;
-      NVFP4_CHECK(t.shape == std::vector<int64_t>({N, K / 16}), "tensor \"", t.name, "\": shape does not match [",
-                  N, ", ", K / 16, "] implied by \"", codes.name, "\"");
-      const float gv = read_global_scale(g);
+    std::set<std::string> prefixes, consumed;
+    for (const auto& t : src.tensors())
+      for (const std::string suffix : {".weight_scale", ".weight_scale_2"})
+        if (t.name.size() > suffix.size() &&
+            t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+          prefixes.insert(t.name.substr(0, t.name.size() - suffix.size()));
+    for (const std::string& prefix : prefixes) {
+      const Nvfp4Names n(prefix);
+      const Nvfp4Weight q = read_nvfp4_weight(src, prefix, std::nullopt, Nvfp4Read::Everything);
+      const int64_t N = q.rows, K = q.cols;
       std::vector<Bf16> x(size_t(N * K));
-      dequantize_rows(codes.data, t.data, &gv, 0, N, K, x.data());
+      dequantize_rows(q.codes->data, q.scales->data, &q.global_scale, 0, N, K, x.data());
       std::vector<uint8_t> bytes(x.size() * 2);
       std::memcpy(bytes.data(), x.data(), bytes.size());
       w.add_owned(n.weight, DType::BF16, {N, K}, std::move(bytes));
