@@ -43,17 +43,27 @@ struct Option {
   std::vector<std::string> choices;  // Choice
 };
 
-inline Option flag(std::string name) { return {std::move(name), Option::Kind::Flag}; }
-inline Option text(std::string name) { return {std::move(name), Option::Kind::Text}; }
+inline Option option(std::string name, Option::Kind kind, int64_t lo = 0, int64_t hi = 0,
+                     std::vector<std::string> choices = {}) {
+  Option o;
+  o.name = std::move(name);
+  o.kind = kind;
+  o.lo = lo;
+  o.hi = hi;
+  o.choices = std::move(choices);
+  return o;
+}
+inline Option flag(std::string name) { return option(std::move(name), Option::Kind::Flag); }
+inline Option text(std::string name) { return option(std::move(name), Option::Kind::Text); }
 inline Option integer(std::string name, int64_t lo, int64_t hi) {
-  return {std::move(name), Option::Kind::Integer, lo, hi};
+  return option(std::move(name), Option::Kind::Integer, lo, hi);
 }
 // A comma-separated list of integers in [lo, hi] ("1,8,64").
 inline Option int_list(std::string name, int64_t lo, int64_t hi) {
-  return {std::move(name), Option::Kind::IntList, lo, hi};
+  return option(std::move(name), Option::Kind::IntList, lo, hi);
 }
 inline Option choice(std::string name, std::vector<std::string> choices) {
-  return {std::move(name), Option::Kind::Choice, 0, 0, std::move(choices)};
+  return option(std::move(name), Option::Kind::Choice, 0, 0, std::move(choices));
 }
 
 class Args {
