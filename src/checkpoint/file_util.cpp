@@ -126,11 +126,15 @@ void check_not_input(const std::string& out, const std::string& out_what, const 
   NVFP4_CHECK(!same_file(out, in), out_what, " ", out, " is the same file as ", in_what, " ", in,
               "; write to a new path");
   if (!is_directory(in) || !exists(out)) return;
+  // A model directory's files and one level below (inference/config.json);
+  // no model keeps files deeper, and a mistaken --model / must not be walked.
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(in, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() >= 1) it.disable_recursion_pending();
     NVFP4_CHECK(!same_file(out, it->path().string()), out_what, " ", out, " is the file ", it->path().string(),
                 " of ", in_what, " ", in, "; write to a new path");
+  }
 }
 
 void rename_or_throw(const std::string& from, const std::string& to) {

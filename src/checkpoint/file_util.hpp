@@ -43,8 +43,9 @@ std::string output_directory_target(const std::string& path);
 // followed); false when either does not exist.
 bool same_file(const std::string& a, const std::string& b);
 // Throws when the output `out` would replace the input `in` or, for a
-// directory `in`, any file under it: "--output y is the same file as
-// --input x" (`out_what`, `in_what` name the options).
+// directory `in`, any file in it or in its subdirectories (one level, as a
+// model directory's inference/config.json): "--output y is the same file
+// as --input x" (`out_what`, `in_what` name the options).
 void check_not_input(const std::string& out, const std::string& out_what, const std::string& in,
                      const std::string& in_what);
 

@@ -135,6 +135,10 @@ TEST(OutputPaths, SameFileAndInputChecks) {
   EXPECT_ERROR_CONTAINS(fileio::check_not_input(d / "model/model.safetensors", "--output", d / "model", "--model"),
                         "is the file " + (d / "model/model.safetensors") + " of --model");
   EXPECT_NO_THROW(fileio::check_not_input(d / "new", "--output", d / "model", "--model"));
+  std::filesystem::create_directory(d / "model/inference");
+  test::write_text(d / "model/inference/config.json", "{}");
+  EXPECT_ERROR_CONTAINS(fileio::check_not_input(d / "model/inference/config.json", "--output", d / "model", "--model"),
+                        "is the file " + (d / "model/inference/config.json"));
   EXPECT_ERROR_CONTAINS(fileio::output_directory_target(d / "x.safetensors"), "the name ends in .safetensors");
   EXPECT_ERROR_CONTAINS(fileio::output_directory_target(d / "x.safetensors/"), "the name ends in .safetensors");
   EXPECT_ERROR_CONTAINS(fileio::output_directory_target(d / "a"), "is a regular file, not a directory");
