@@ -8,6 +8,7 @@
 
 #include "checkpoint/model_files.hpp"
 #include "checkpoint/moe_names.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "checkpoint/shared_expert_io.hpp"
 #include "checkpoint/weight_format.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -74,18 +75,14 @@ void summarize_experts(const ModelDir& dir, const MoeNames& names, const BlockTe
       formats.insert(weight_format_name(f));
       if (f != WeightFormat::Nvfp4) continue;
       try {
-        const Nvfp4Names n(prefix);
-        if (cfg) {
-          const int64_t N = p == Proj::Down ? cfg->hidden : cfg->intermediate;
-          const int64_t K = p == Proj::Down ? cfg->intermediate : cfg->hidden;
-          NVFP4_CHECK(dir.get(n.weight).shape == std::vector<int64_t>({N, K / 2}), "tensor \"", n.weight,
-                      "\": shape ", shape_text(dir.get(n.weight).shape), ", expected ", shape_text({N, K / 2}));
-          NVFP4_CHECK(dir.get(n.weight_scale).shape == std::vector<int64_t>({N, K / 16}), "tensor \"",
-                      n.weight_scale, "\": shape ", shape_text(dir.get(n.weight_scale).shape), ", expected ",
-                      shape_text({N, K / 16}));
-        }
-        if (read_values) s.weight_scale_2.add(read_global_scale(dir.get(n.weight_scale_2)));
-        if (read_values && dir.has(n.input_scale)) s.input_scale.add(read_global_scale(dir.get(n.input_scale)));
+        // The loader's checks but for the block-scale bytes (a whole model holds ~100 GB of them).
+        std::optional<std::pair<int64_t, int64_t>> shape;
+        if (cfg)
+          shape = p == Proj::Down ? std::pair{cfg->hidden, cfg->intermediate} : std::pair{cfg->intermediate, cfg->hidden};
+        const Nvfp4Weight w =
+            read_nvfp4_weight(dir, prefix, shape, read_values ? Nvfp4Read::Scalars : Nvfp4Read::Headers);
+        if (read_values) s.weight_scale_2.add(w.global_scale);
+        if (read_values && w.input_scale) s.input_scale.add(*w.input_scale);
       } catch (const Error& err) {
         s.problems.push_back(err.what());
       }

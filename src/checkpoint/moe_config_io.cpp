@@ -14,6 +14,13 @@ namespace nvfp4moe {
 
 namespace {
 
+// Bounds of the geometry read from a config: far above any published model
+// (DeepSeek-V4-Pro: H = 7168, I = 3072, E = 384, k = 6), and small enough
+// that the products the loader forms (E * 2I * H bytes) stay within int64.
+constexpr int64_t kMaxWidth = int64_t(1) << 20;    // hidden_size, moe_intermediate_size
+constexpr int64_t kMaxExperts = int64_t(1) << 16;  // n_routed_experts, num_experts_per_tok
+constexpr int64_t kMaxLayers = int64_t(1) << 20;   // num_hash_layers
+
 // A config value under its Hugging Face key or DeepSeek's inference key.
 class ConfigKeys {
  public:
@@ -35,14 +42,17 @@ class ConfigKeys {
   std::string what(const char* hf, const char* ds) const {
     return src_ + ": key \"" + (present(hf) || !ds ? hf : ds) + "\"";
   }
-  int64_t integer(const char* hf, const char* ds, std::optional<int64_t> fallback) const {
+  // An integer in [lo, hi]; out of range is an error naming the key.
+  int64_t integer(const char* hf, const char* ds, std::optional<int64_t> fallback, int64_t lo, int64_t hi) const {
     const json::Value* v = find(hf, ds);
     if (!v) {
       NVFP4_CHECK(fallback.has_value(), src_, ": missing key \"", hf, "\"", ds ? " (or \"" : "", ds ? ds : "",
                   ds ? "\")" : "");
       return *fallback;
     }
-    return v->as_int(what(hf, ds));
+    const int64_t x = v->as_int(what(hf, ds));
+    NVFP4_CHECK(x >= lo && x <= hi, what(hf, ds), " is ", x, ", out of range [", lo, ", ", hi, "]");
+    return x;
   }
   double number(const char* hf, const char* ds, double fallback) const {
     const json::Value* v = find(hf, ds);
@@ -74,7 +84,7 @@ bool layer_is_hash_routed(const ConfigKeys& k, const json::Value& c, int layer) 
                 " entries, no entry for layer ", layer);
     return t[size_t(layer)].as_string(k.src() + ": mlp_layer_types[" + std::to_string(layer) + "]") == "hash_moe";
   }
-  return layer < k.integer("num_hash_layers", "n_hash_layers", 3);
+  return layer < k.integer("num_hash_layers", "n_hash_layers", 3, 0, kMaxLayers);
 }
 
 void read_block_range(const ConfigKeys& k, int layer, bool mtp) {
@@ -100,11 +110,11 @@ MoeConfig read_moe_config(const ModelDir& dir, int layer, bool mtp) {
   NVFP4_CHECK(c.is_object(), src, ": must hold a JSON object");
   const ConfigKeys k(c, src);
   MoeConfig m;
-  m.hidden = k.integer("hidden_size", "dim", std::nullopt);
-  m.intermediate = k.integer("moe_intermediate_size", "moe_inter_dim", std::nullopt);
-  m.experts = k.integer("n_routed_experts", nullptr, std::nullopt);
-  m.top_k = k.integer("num_experts_per_tok", "n_activated_experts", std::nullopt);
-  m.shared_experts = k.integer("n_shared_experts", nullptr, 0);
+  m.hidden = k.integer("hidden_size", "dim", std::nullopt, 1, kMaxWidth);
+  m.intermediate = k.integer("moe_intermediate_size", "moe_inter_dim", std::nullopt, 1, kMaxWidth);
+  m.experts = k.integer("n_routed_experts", nullptr, std::nullopt, 1, kMaxExperts);
+  m.top_k = k.integer("num_experts_per_tok", "n_activated_experts", std::nullopt, 1, kMaxExperts);
+  m.shared_experts = k.integer("n_shared_experts", nullptr, 0, 0, kMaxExperts);
   m.routed_scaling_factor = float(k.number("routed_scaling_factor", "route_scale", 1.0));
   if (const json::Value* l = k.find("swiglu_limit")) {
     const double v = l->as_double(src + ": key \"swiglu_limit\"");

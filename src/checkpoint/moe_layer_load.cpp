@@ -16,6 +16,7 @@
 
 #include "checkpoint/model_files.hpp"
 #include "checkpoint/moe_names.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "checkpoint/shared_expert_io.hpp"
 #include "checkpoint/weight_format.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -24,24 +25,6 @@
 namespace nvfp4moe {
 
 namespace {
-
-void expect(const TensorInfo& t, DType dtype, const std::vector<int64_t>& shape) {
-  NVFP4_CHECK(t.dtype == dtype, "tensor \"", t.name, "\": dtype ", dtype_name(t.dtype), ", expected ",
-              dtype_name(dtype));
-  NVFP4_CHECK(t.shape == shape, "tensor \"", t.name, "\": shape ", shape_text(t.shape), ", expected ",
-              shape_text(shape));
-}
-
-// Block-scale bytes are UE4M3: 0x7F/0xFF are NaN, the sign bit must be clear.
-void check_block_scales(const TensorInfo& t) {
-  for (uint64_t i = 0; i < t.nbytes; ++i) {
-    const uint8_t b = t.data[i];
-    NVFP4_CHECK((b & 0x7F) != 0x7F, "tensor \"", t.name, "\": block scale byte ", i, " is NaN (0x",
-                std::hex, int(b), std::dec, ")");
-    NVFP4_CHECK(b <= 0x80, "tensor \"", t.name, "\": block scale byte ", i, " is negative (0x", std::hex, int(b),
-                std::dec, "); UE4M3 scales are non-negative");
-  }
-}
 
 void append(std::vector<uint8_t>& dst, const TensorInfo& t) { dst.insert(dst.end(), t.data, t.data + t.nbytes); }
 
@@ -69,16 +52,14 @@ void check_manifest(const ModelDir& dir, const MoeNames& names) {
               g, "; NVFP4 blocks hold 16 elements");
 }
 
-// One NVFP4 projection of N rows and K columns, appended to codes / scales.
+// One NVFP4 projection of N rows and K columns, validated (nvfp4_weight.hpp)
+// and appended to codes / scales.
 void load_projection(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K,
                      std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, std::vector<float>& global) {
-  Nvfp4Names n(prefix);
-  expect(dir.get(n.weight), DType::U8, {N, K / 2});
-  expect(dir.get(n.weight_scale), DType::F8E4M3, {N, K / 16});
-  check_block_scales(dir.get(n.weight_scale));
-  append(codes, dir.get(n.weight));
-  append(scales, dir.get(n.weight_scale));
-  global.push_back(read_global_scale(dir.get(n.weight_scale_2)));
+  const Nvfp4Weight w = read_nvfp4_weight(dir, prefix, std::pair{N, K}, Nvfp4Read::Everything);
+  append(codes, *w.codes);
+  append(scales, *w.scales);
+  global.push_back(w.global_scale);
 }
 
 void load_routed_experts(const ModelDir& dir, const MoeNames& names, const LoadOptions& o, const MoeConfig& cfg,
@@ -162,18 +143,6 @@ void load_router(const ModelDir& dir, const MoeNames& names, const MoeConfig& cf
 }
 
 }  // namespace
-
-float read_global_scale(const TensorInfo& t) {
-  NVFP4_CHECK(t.dtype == DType::F32, "tensor \"", t.name, "\": dtype ", dtype_name(t.dtype),
-              ", expected F32 (a global scale)");
-  NVFP4_CHECK(t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == 1), "tensor \"", t.name, "\": shape ",
-              shape_text(t.shape), ", expected [] or [1] (a global scale)");
-  float g;
-  std::memcpy(&g, t.data, 4);
-  NVFP4_CHECK(std::isfinite(g) && g > 0.0f, "tensor \"", t.name, "\": global scale is ", g,
-              " (must be finite and > 0)");
-  return g;
-}
 
 MoeWeights load_moe_layer(const ModelDir& dir, int layer, const LoadOptions& options) {
   const MoeNames names(dir.layout(), MoeBlock{layer, options.mtp});

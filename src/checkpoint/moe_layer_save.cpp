@@ -98,6 +98,10 @@ void save_moe_layer(const std::string& dir, int layer, const MoeWeights& w, cons
   // A stale index would make readers ignore the model.safetensors written here.
   NVFP4_CHECK(!fileio::exists(fileio::join(dir, "model.safetensors.index.json")), "save_moe_layer: ", dir,
               " already holds a sharded checkpoint (model.safetensors.index.json); save into a new directory");
+  fileio::output_directory_target(dir);
+  // All three outputs are checked before the first is written.
+  for (const char* name : {"model.safetensors", "config.json", "hf_quant_config.json"})
+    fileio::output_file_target(fileio::join(dir, name));
   fileio::make_directories(dir);
   st.write(fileio::join(dir, "model.safetensors"));
   fileio::write_file_atomic(fileio::join(dir, "config.json"), moe_config_json(w.config, layer, options.layout));

@@ -1,5 +1,6 @@
 #include "checkpoint/moe_names.hpp"
 
+#include "common/parse_int.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe {
@@ -57,12 +58,17 @@ bool eat(std::string_view& s, std::string_view prefix) {
   return true;
 }
 
-// A decimal number followed by '.', consumed; -1 when there is none.
-int64_t eat_index(std::string_view& s) {
+// A decimal index followed by '.', consumed; nullopt (nothing consumed) when
+// s does not start with digits and a '.'. Digits that do are an index of
+// `name`, which must be canonical and fit an int: anything else is a
+// malformed name, an error naming it (`what`: "layer", "expert").
+std::optional<int64_t> eat_index(std::string_view& s, std::string_view name, const char* what) {
   size_t n = 0;
-  int64_t v = 0;
-  while (n < s.size() && n < 10 && s[n] >= '0' && s[n] <= '9') v = v * 10 + (s[n++] - '0');
-  if (n == 0 || n >= s.size() || s[n] != '.') return -1;
+  while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n;
+  if (n == 0 || n >= s.size() || s[n] != '.') return std::nullopt;
+  const std::string where = "tensor name '" + abbreviate(name) + "': " + what + " index";
+  NVFP4_CHECK(n == 1 || s[0] != '0', where, " '", abbreviate(s.substr(0, n)), "' has a leading zero");
+  const int64_t v = parse_int(s.substr(0, n), 0, INT32_MAX, where);
   s.remove_prefix(n + 1);
   return v;
 }
@@ -83,25 +89,44 @@ std::optional<CheckpointLayout> layout_of_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<ParsedMoeName> parse_moe_name(std::string_view name) {
-  ParsedMoeName r;
-  std::string_view s = name;
+namespace {
+
+// The block prefix of `name` consumed from `s` (== name on entry).
+std::optional<MoeBlock> eat_block(std::string_view& s, std::string_view name, CheckpointLayout& layout) {
+  MoeBlock b;
   if (eat(s, "model.layers.")) {
-    r.layout = CheckpointLayout::HuggingFace;
+    layout = CheckpointLayout::HuggingFace;
   } else if (eat(s, "layers.")) {
-    r.layout = CheckpointLayout::DeepSeek;
+    layout = CheckpointLayout::DeepSeek;
   } else if (eat(s, "mtp.")) {
-    r.layout = CheckpointLayout::DeepSeek;
-    r.block.mtp = true;
+    layout = CheckpointLayout::DeepSeek;
+    b.mtp = true;
   } else {
     return std::nullopt;
   }
-  const int64_t index = eat_index(s);
-  if (index < 0 || index > INT32_MAX) return std::nullopt;
-  r.block.index = int(index);
+  const std::optional<int64_t> index = eat_index(s, name, b.mtp ? "MTP block" : "layer");
+  if (!index) return std::nullopt;
+  b.index = int(*index);
+  return b;
+}
+
+}  // namespace
+
+std::optional<MoeBlock> block_of_name(std::string_view name) {
+  std::string_view s = name;
+  CheckpointLayout layout;
+  return eat_block(s, name, layout);
+}
+
+std::optional<ParsedMoeName> parse_moe_name(std::string_view name) {
+  ParsedMoeName r;
+  std::string_view s = name;
+  const std::optional<MoeBlock> block = eat_block(s, name, r.layout);
+  if (!block) return std::nullopt;
+  r.block = *block;
   if (!eat(s, r.layout == CheckpointLayout::DeepSeek ? "ffn." : "mlp.")) return std::nullopt;
   if (eat(s, "experts.")) {
-    r.expert = eat_index(s);
+    r.expert = eat_index(s, name, "expert").value_or(-1);
     const std::optional<Proj> p = r.expert >= 0 ? eat_proj(s, r.layout) : std::nullopt;
     if (p) {
       r.kind = ParsedMoeName::Kind::Expert;

@@ -69,8 +69,14 @@ struct ParsedMoeName {
   std::string suffix;        // after the projection ("weight", "weight_scale", ...) or after "gate."
 };
 // nullopt for names outside an MoE block's ffn / mlp prefix (attention,
-// norms, embeddings, ...).
+// norms, embeddings, ...). Names come from untrusted files: parsing is one
+// pass without recursion, and a block or expert index that is out of range
+// [0, 2^31) or has a leading zero ("layers.07.") throws naming the tensor.
 std::optional<ParsedMoeName> parse_moe_name(std::string_view name);
+
+// The block any tensor name lies under ("layers.3.*", "model.layers.3.*",
+// "mtp.0.*"), or nullopt; the same index checks as parse_moe_name.
+std::optional<MoeBlock> block_of_name(std::string_view name);
 
 // The layout a tensor name belongs to, or nullopt when it says nothing
 // (names outside layers.* / mtp.* / model.layers.*).

@@ -1,7 +1,9 @@
 // rewrite_checkpoint: the file/directory plumbing of `nvfp4moe quantize` and
 // `dequantize` — one output shard per input shard, the index rewritten for the
 // new tensor names, config.json edited, and nothing in `out` touched until
-// every file has been written completely.
+// every file has been written completely. The output is checked before any
+// work: the right kind of path for the input, not the input itself (by
+// device and inode, so a symlink or hard link to it is caught too).
 #include <filesystem>
 
 #include "checkpoint/file_util.hpp"
@@ -24,6 +26,8 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
     NVFP4_CHECK(fileio::exists(in), in, ": no such file or directory");
     NVFP4_CHECK(!fileio::is_directory(out), "--out ", out, " is a directory but --in ", in,
                 " is a file; give a .safetensors file name");
+    fileio::check_not_input(out, "--out", in, "--in");
+    fileio::output_file_target(out);  // a FIFO, device, ...: refused before the work
     SafetensorsFile src(in);
     SafetensorsWriter w;
     for (const auto& [k, v] : src.metadata()) w.set_metadata(k, v);
@@ -31,12 +35,12 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
     w.write(out);  // temporary name + rename: `out` keeps its bytes on failure
     return;
   }
-  NVFP4_CHECK(!fileio::exists(out) || fileio::is_directory(out), "--out ", out,
-              " is a file but --in ", in, " is a model directory");
-  NVFP4_CHECK(std::filesystem::weakly_canonical(in) != std::filesystem::weakly_canonical(out),
-              "--in and --out are the same directory ", in, "; write to a new one");
+  NVFP4_CHECK(!fileio::exists(out) || fileio::is_directory(out), "--out ", out, " is ", fileio::file_kind(out),
+              " but --in ", in, " is a model directory; give a directory");
+  const std::string out_dir = fileio::output_directory_target(out);
+  NVFP4_CHECK(!fileio::same_file(in, out_dir), "--in and --out are the same directory ", in, "; write to a new one");
   const std::vector<std::string> shards = model_shard_files(in);
-  const std::string stage = fileio::temp_name(out);
+  const std::string stage = fileio::temp_name(out_dir);
   fileio::remove_all_quiet(stage);
   try {
     fileio::make_directories(stage);
@@ -83,12 +87,16 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
       NVFP4_CHECK(!ec, "cannot copy ", entry.path().string(), " to ", stage, ": ", ec.message());
     }
 
-    // Everything is complete: move the files into `out`.
-    fileio::make_directories(out);
-    for (const auto& entry : std::filesystem::directory_iterator(stage)) {
-      const std::string name = entry.path().filename().string();
-      fileio::rename_or_throw(entry.path().string(), fileio::join(out, name));
-    }
+    // Everything is complete. Every destination is checked before the first
+    // move (a special file or an input under one of the names would leave
+    // `out` half replaced), then the files move into `out`.
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(stage))
+      names.push_back(entry.path().filename().string());
+    for (const std::string& name : names)
+      fileio::check_not_input(fileio::output_file_target(fileio::join(out_dir, name)), "--out", in, "--in");
+    fileio::make_directories(out_dir);
+    for (const std::string& name : names) fileio::install_file(fileio::join(stage, name), fileio::join(out_dir, name));
     fileio::remove_all_quiet(stage);
   } catch (...) {
     fileio::remove_all_quiet(stage);

@@ -3,11 +3,9 @@
 // reader, like the reference implementation, refuses gaps; sub-byte dtypes
 // come last, each tensor a whole number of bytes); the JSON header is padded
 // with spaces to a multiple of 8 so the data section is 8-aligned. The file is
-// streamed to a temporary name and renamed when complete.
-#include <unistd.h>
-
+// streamed to a temporary name and renamed when complete, with the output
+// rules of fileio::write_atomic (special files refused, symlinks followed).
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -77,31 +75,17 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string text = json::dump(header);
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  const std::string tmp = fileio::temp_name(path);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  NVFP4_CHECK(f, tmp, ": cannot create: ", std::strerror(errno));
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
-  bool ok = std::fwrite(len_bytes, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const Item* it : order) {
-    if (!ok) break;
-    const uint64_t n = byte_count(it->name, it->dtype, it->shape);
-    ok = n == 0 || std::fwrite(it->data, 1, n, f) == n;
-  }
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(fileno(f)) == 0) && ok;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    NVFP4_FAIL(path, ": writing ", 8 + text.size() + offset, " bytes failed: ", std::strerror(err));
-  }
-  try {
-    fileio::rename_or_throw(tmp, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
+  fileio::write_atomic(path, [&](std::FILE* f) {
+    if (std::fwrite(len_bytes, 1, 8, f) != 8 || std::fwrite(text.data(), 1, text.size(), f) != text.size())
+      return false;
+    for (const Item* it : order) {
+      const uint64_t n = byte_count(it->name, it->dtype, it->shape);
+      if (n != 0 && std::fwrite(it->data, 1, n, f) != n) return false;
+    }
+    return true;
+  });
 }
 
 }  // namespace nvfp4moe

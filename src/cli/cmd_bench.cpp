@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_util.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/splitmix.hpp"
@@ -215,21 +216,23 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv, {"help", "no-ceilings", "graph", "unbounded"});  // graph, unbounded: --ep only
-  if (args.has("help")) {
+  // --help first: the usage covers both forms.
+  if (mentions(argc, argv, "help")) {
     std::printf("%s", kUsage);
     return 0;
   }
   // --ep R: the forward over R GPU processes, NCCL symmetric memory (cmd_ep_cuda.cpp, docs/ep.md).
-  if (args.has("ep")) return cmd_bench_ep_cuda(argc, argv);
-  args.allow_only({"help", "no-ceilings", "workload", "tokens", "iters", "warmup", "seed", "csv", "device"});
+  if (mentions(argc, argv, "ep")) return cmd_bench_ep_cuda(argc, argv);
+  const Args args(argc, argv,
+                  {flag("help"), flag("no-ceilings"), choice("workload", {"ep8", "ep1", "both"}),
+                   int_list("tokens", 1, 8192), integer("iters", 1, kMaxIters), integer("warmup", 0, kMaxIters),
+                   integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex)});
   const std::string workload = args.get("workload", "both");
-  NVFP4_CHECK(workload == "ep8" || workload == "ep1" || workload == "both", "--workload: '", workload,
-              "', expected ep8, ep1 or both");
-  const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192", 1, 8192);
+  const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
-  NVFP4_CHECK(iters >= 1 && warmup >= 0, "--iters must be >= 1 and --warmup >= 0, got ", iters, " and ", warmup);
+  if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
+  (void)iters, (void)warmup;  // parsed and checked all the same
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else
   NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
@@ -256,14 +259,15 @@ int cmd_bench(int argc, char** argv) {
                 (long long)r.T, (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us,
                 r.bytes / 1e9, r.flops / 1e9, r.flops / (r.us * 1e-6) / 1e12, r.roof_us, 100.0 * r.roof_us / r.us);
   if (auto csv = args.value("csv")) {
-    FILE* f = std::fopen(csv->c_str(), "w");
-    NVFP4_CHECK(f, "--csv: cannot open '", *csv, "' for writing");
-    std::fprintf(f, "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction\n");
-    for (const Row& r : rows)
-      std::fprintf(f, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f\n", r.workload.c_str(), (long long)r.T,
-                   (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us, r.bytes, r.flops,
-                   r.roof_us, r.roof_us / r.us);
-    std::fclose(f);
+    std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction\n";
+    for (const Row& r : rows) {
+      char line[512];
+      std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f\n", r.workload.c_str(),
+                    (long long)r.T, (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us, r.bytes,
+                    r.flops, r.roof_us, r.roof_us / r.us);
+      text += line;
+    }
+    fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output
   }
   return 0;
 #endif

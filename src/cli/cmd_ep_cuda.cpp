@@ -89,7 +89,7 @@ EpBenchOptions parse_ep_bench(const Args& args) {
   o.cfg.experts = args.get_int("experts", o.cfg.experts);
   NVFP4_CHECK(o.cfg.experts >= o.cfg.top_k, "--experts: need at least k=", o.cfg.top_k, " experts, got ",
               o.cfg.experts);
-  o.tokens = args.get_int_list("tokens", "1,8,64,512", 1, int64_t(1) << 24);
+  o.tokens = args.get_int_list("tokens", "1,8,64,512");
   o.iters = int(args.get_int("iters", 20));
   o.warmup = int(args.get_int("warmup", 3));
   const std::string combine = args.get("combine", "f32");
@@ -208,7 +208,7 @@ std::string part_path(const std::string& output, int rank) { return output + ".e
 
 int run_rank(const ep::RankEnv& env, const Args& args) {
   const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
-  const int layer = int(args.get_int("layer", -1));
+  const int layer = int(args.require_int("layer"));
   NVFP4_CHECK(!args.has("static-input-scales"),
               "--static-input-scales is not supported with --ep on cuda yet (each rank loads only its experts)");
   const int R = env.world, me = env.rank;
@@ -270,21 +270,23 @@ void join_parts(const std::string& output, int R) {
 }  // namespace
 
 int cmd_bench_ep_cuda(int argc, char** argv) {
-  Args args(argc, argv, {"help", "graph", "unbounded"});
-  args.allow_only({"help", "ep", "model", "experts", "tokens", "iters", "warmup", "seed", "device", "workload", "combine",
-                   "graph", "max-tokens", "unbounded"});
+  const Args args(argc, argv,
+                  {flag("help"), integer("ep", 1, kMaxRanks), choice("model", {"dsv4-pro", "dsv4-flash"}),
+                   integer("experts", 1, 1 << 16), int_list("tokens", 1, kMaxTokens), integer("iters", 1, kMaxIters),
+                   integer("warmup", 0, kMaxIters), integer("seed", 0, kMaxSeed),
+                   integer("device", 0, kMaxGpuIndex), choice("workload", {"ep8", "ep1", "both"}),
+                   choice("combine", {"f32", "bf16"}), flag("graph"), integer("max-tokens", 1, kMaxTokens),
+                   flag("unbounded")});
   const int R = int(args.get_int("ep", 1));
-  NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);
   NVFP4_CHECK(nccl_ep_available(), "--ep ", R, " on GPUs needs NCCL: this build has none (-DNCCL_ROOT=<dir>)");
   return ep::launch_ranks(R, relaunch_args("bench", argc, argv));
 }
 
 int cmd_run_ep_cuda(int argc, char** argv) {
-  Args args(argc, argv, {"help", "static-input-scales"});
+  const Args args(argc, argv, run_options());
   const int R = int(args.get_int("ep", 1));
-  NVFP4_CHECK(R >= 1 && R <= 64, "--ep: rank count must be in [1, 64], got ", R);
-  NVFP4_CHECK(args.has("layer") && args.get_int("layer", -1) >= 0, "--layer: a layer index >= 0 is required");
+  (void)args.require_int("layer");  // checked before any rank starts
   if (const auto env = ep::rank_env()) return run_rank(*env, args);
   NVFP4_CHECK(nccl_ep_available(), "--ep ", R, " on GPUs needs NCCL: this build has none (-DNCCL_ROOT=<dir>)");
   const std::string output = args.require("output");

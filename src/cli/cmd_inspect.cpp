@@ -18,6 +18,8 @@
 #include <map>
 
 #include "checkpoint/model_files.hpp"
+#include "checkpoint/moe_names.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
@@ -46,25 +48,23 @@ bool ends_with(const std::string& s, const char* suf) {
   return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
 }
 
-// "model.layers.12.mlp..." or "layers.12.ffn..." -> 12, else -1.
+// "model.layers.12.mlp..." or "layers.12.ffn..." -> 12, else -1 (MTP
+// blocks too); an index out of range throws naming the tensor.
 int layer_of(const std::string& name) {
-  const char* p = name.c_str();
-  if (std::strncmp(p, "model.", 6) == 0) p += 6;
-  if (std::strncmp(p, "layers.", 7) != 0) return -1;
-  p += 7;
-  int v = 0, digits = 0;
-  for (; *p >= '0' && *p <= '9' && digits < 9; ++p, ++digits) v = v * 10 + (*p - '0');
-  return digits && *p == '.' ? v : -1;
+  const std::optional<MoeBlock> b = block_of_name(name);
+  return b && !b->mtp ? b->index : -1;
 }
 
 Nvfp4Info describe_nvfp4(const ModelDir& dir, const std::string& prefix, bool read_global, bool read_blocks) {
   Nvfp4Info info;
   info.prefix = prefix;
   try {
-    Nvfp4Names n(prefix);
-    const TensorInfo& s = dir.get(n.weight_scale);
-    if (read_global) info.global_scale = read_global_scale(dir.get(n.weight_scale_2));
+    // The loader's validation (checkpoint/nvfp4_weight.hpp), to the depth asked for.
+    const Nvfp4Read depth = !read_global ? Nvfp4Read::Headers : read_blocks ? Nvfp4Read::Everything : Nvfp4Read::Scalars;
+    const Nvfp4Weight w = read_nvfp4_weight(dir, prefix, std::nullopt, depth);
+    info.global_scale = w.global_scale;
     if (!read_blocks) return info;
+    const TensorInfo& s = *w.scales;
     float lo = INFINITY, hi = 0.0f;
     for (uint64_t i = 0; i < s.nbytes; ++i) {
       float v = e4m3_decode(s.data[i]);
@@ -177,13 +177,14 @@ Inspection inspect(const ModelDir& dir, const Args& args) {
   for (const auto& name : r.names) {
     if (!ends_with(name, ".weight")) continue;
     const std::string prefix = name.substr(0, name.size() - 7);
-    const bool q = dir.get(name).dtype == DType::U8 && dir.has(prefix + ".weight_scale") &&
-                   dir.has(prefix + ".weight_scale_2");
+    // Packed codes with either scale: an NVFP4 weight, reported MALFORMED when incomplete.
+    const bool has_scale = dir.has(prefix + ".weight_scale");
+    const bool q = dir.get(name).dtype == DType::U8 && (has_scale || dir.has(prefix + ".weight_scale_2"));
     auto& counts = r.per_layer[layer_of(name)];
     (q ? counts.first : counts.second)++;
     if (q) {
       prefixes.push_back(prefix);
-      r.block_scale_bytes += dir.get(prefix + ".weight_scale").nbytes;
+      if (has_scale) r.block_scale_bytes += dir.get(prefix + ".weight_scale").nbytes;
     }
   }
   r.block_scales_read = !headers_only && !args.has("summary") &&
@@ -302,7 +303,10 @@ void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, {"json", "help", "summary", "block-scales", "headers-only"});
+  const Args args(argc, argv,
+                  {flag("json"), flag("help"), flag("summary"), flag("block-scales"), flag("headers-only"),
+                   integer("layer", 0, kMaxLayer)},
+                  1);
   if (args.has("help") || args.positional().empty()) {
     std::fprintf(args.has("help") ? stdout : stderr,
                  "usage: nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales] [--headers-only]\n"
@@ -312,8 +316,6 @@ int cmd_inspect(int argc, char** argv) {
                  "  --headers-only: read no tensor data (no scale values or ranges).\n");
     return args.has("help") ? 0 : 2;
   }
-  args.allow_only({"json", "help", "layer", "summary", "block-scales", "headers-only"});
-  NVFP4_CHECK(args.positional().size() == 1, "inspect takes one PATH, got ", args.positional().size());
   const ModelDir dir(args.positional()[0]);
   const Inspection r = inspect(dir, args);
   if (args.has("json"))

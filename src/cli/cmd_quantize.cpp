@@ -10,18 +10,22 @@
 // exports hold it; the reader accepts [] and [1].
 // dequantize: every such triple back to a BF16 <prefix>.weight [N, K]
 // (docs/numerics.md §2: value(q) * e4m3(s) * g in FP32, then rounded to BF16).
+// A triple is any prefix with a .weight_scale or .weight_scale_2; it is
+// validated as the loader validates it (checkpoint/nvfp4_weight.hpp), so a
+// NaN or negative block-scale byte or a missing member is an error.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <regex>
 #include <set>
 
 #include "checkpoint/file_util.hpp"
 #include "checkpoint/model_files.hpp"
+#include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "common/json.hpp"
+#include "common/pattern.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
@@ -120,29 +124,23 @@ void print_usage_quantize() {
   std::printf(
       "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX]\n"
       "  IN, OUT: both .safetensors files or both model directories (shards kept).\n"
-      "  Matching 2-D floating tensors become ModelOpt NVFP4 (weight, weight_scale,\n"
-      "  weight_scale_2); default REGEX: %s\n",
+      "  2-D floating tensors whose name REGEX matches anywhere become ModelOpt NVFP4\n"
+      "  (weight, weight_scale, weight_scale_2); default REGEX: %s\n"
+      "  REGEX: literals, \\x for a non-alphanumeric x, \\d \\w \\s (\\D \\W \\S), ., [a-z] [^...],\n"
+      "  * + ?, |, ( ) and (?: ), ^ $ (an ECMAScript subset, matched in linear time).\n",
       kDefaultInclude);
 }
 
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  Args args(argc, argv, {"help"});
+  const Args args(argc, argv, {flag("help"), text("in"), text("out"), text("include")});
   if (args.has("help")) {
     print_usage_quantize();
     return 0;
   }
-  args.allow_only({"in", "out", "include", "help"});
-  NVFP4_CHECK(args.positional().empty(), "unexpected argument '", args.positional().empty() ? "" : args.positional()[0], "'");
   const std::string in = args.require("in"), out = args.require("out");
-  const std::string pattern = args.get("include", kDefaultInclude);
-  std::regex include;
-  try {
-    include = std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    NVFP4_FAIL("--include '", pattern, "' is not a valid regular expression: ", e.what());
-  }
+  const Pattern include(args.get("include", kDefaultInclude), "--include");
 
   Progress progress("quantize");
   std::set<std::string> quantized_layers;
@@ -150,7 +148,7 @@ int cmd_quantize(int argc, char** argv) {
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     progress.set_total(src.tensors().size());
     for (const auto& t : src.tensors()) {
-      if (std::regex_search(t.name, include) && t.shape.size() == 2 && is_float_dtype(t.dtype)) {
+      if (include.search(t.name) && t.shape.size() == 2 && is_float_dtype(t.dtype)) {
         quantize_tensor(t, w);
       } else {
         w.add(t.name, t.dtype, t.shape, t.data);
@@ -166,7 +164,7 @@ int cmd_quantize(int argc, char** argv) {
     for (const auto& name : md.tensor_names()) {
       const TensorInfo& t = md.get(name);
       if (t.shape.size() == 2 && is_float_dtype(t.dtype) && name.size() > 7 &&
-          name.compare(name.size() - 7, 7, ".weight") == 0 && !std::regex_search(name, include))
+          name.compare(name.size() - 7, 7, ".weight") == 0 && !include.search(name))
         excluded.push_back(name.substr(0, name.size() - 7));
     }
     spec.extra_files.push_back({"hf_quant_config.json", hf_quant_config_text(excluded)});
@@ -176,36 +174,29 @@ int cmd_quantize(int argc, char** argv) {
 }
 
 int cmd_dequantize(int argc, char** argv) {
-  Args args(argc, argv, {"help"});
+  const Args args(argc, argv, {flag("help"), text("in"), text("out")});
   if (args.has("help")) {
     std::printf("usage: nvfp4moe dequantize --in IN --out OUT\n"
                 "  Every ModelOpt NVFP4 triple (weight, weight_scale, weight_scale_2) becomes a BF16 weight.\n");
     return 0;
   }
-  args.allow_only({"in", "out", "help"});
   const std::string in = args.require("in"), out = args.require("out");
   Progress progress("dequantize");
   RewriteSpec spec;
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     progress.set_total(src.tensors().size());
-    std::set<std::string> consumed;
-    for (const auto& t : src.tensors()) {
-      const std::string suffix = ".weight_scale";
-      if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        continue;
-      Nvfp4Names n(t.name.substr(0, t.name.size() - suffix.size()));
-      const TensorInfo& codes = src.get(n.weight);
-      const TensorInfo& g = src.get(n.weight_scale_2);
-      NVFP4_CHECK(codes.dtype == DType::U8 && codes.shape.size() == 2, "tensor \"", codes.name,
-                  "\": expected U8 [N, K/2] packed codes, got ", dtype_name(codes.dtype));
-      NVFP4_CHECK(t.dtype == DType::F8E4M3 || t.dtype == DType::U8, "tensor \"", t.name, "\": dtype ",
-                  dtype_name(t.dtype), ", expected F8_E4M3");
-      const int64_t N = codes.shape[0], K = codes.shape[1] * 2;
-      NVFP4_CHECK(t.shape == std::vector<int64_t>({N, K / 16}), "tensor \"", t.name, "\": shape does not match [",
-                  N, ", ", K / 16, "] implied by \"", codes.name, "\"");
-      const float gv = read_global_scale(g);
+    std::set<std::string> prefixes, consumed;
+    for (const auto& t : src.tensors())
+      for (const std::string suffix : {".weight_scale", ".weight_scale_2"})
+        if (t.name.size() > suffix.size() &&
+            t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+          prefixes.insert(t.name.substr(0, t.name.size() - suffix.size()));
+    for (const std::string& prefix : prefixes) {
+      const Nvfp4Names n(prefix);
+      const Nvfp4Weight q = read_nvfp4_weight(src, prefix, std::nullopt, Nvfp4Read::Everything);
+      const int64_t N = q.rows, K = q.cols;
       std::vector<Bf16> x(size_t(N * K));
-      dequantize_rows(codes.data, t.data, &gv, 0, N, K, x.data());
+      dequantize_rows(q.codes->data, q.scales->data, &q.global_scale, 0, N, K, x.data());
       std::vector<uint8_t> bytes(x.size() * 2);
       std::memcpy(bytes.data(), x.data(), bytes.size());
       w.add_owned(n.weight, DType::BF16, {N, K}, std::move(bytes));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_util.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/run_inputs.hpp"
@@ -46,21 +47,35 @@ std::unique_ptr<MoeLayer> make_layer(MoeWeights weights, Backend device, int ran
 
 }  // namespace
 
+std::vector<Option> run_options() {
+  return {flag("help"),
+          text("model"),
+          integer("layer", 0, kMaxLayer),
+          text("input"),
+          text("output"),
+          choice("device", {"cpu", "cuda"}),
+          integer("ep", 1, kMaxRanks),
+          integer("threads", 1, kMaxThreads),
+          flag("static-input-scales"),
+          flag("mtp")};
+}
+
 int cmd_run(int argc, char** argv) {
-  Args args(argc, argv, {"help", "static-input-scales", "mtp"});
+  const Args args(argc, argv, run_options());
   if (args.has("help")) {
     print_usage();
     return 0;
   }
-  args.allow_only(
-      {"help", "model", "layer", "input", "output", "device", "ep", "threads", "static-input-scales", "mtp"});
   const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
-  const int layer = int(args.get_int("layer", -1));
-  NVFP4_CHECK(args.has("layer") && layer >= 0, "--layer: a layer index >= 0 is required");
+  const int layer = int(args.require_int("layer"));
   const Backend device = parse_backend(args.get("device", "cpu"));
   const int ranks = int(args.get_int("ep", 1));
-  const int threads = int(args.get_int("threads", 0));
-  NVFP4_CHECK(ranks >= 1, "--ep must be >= 1, got ", ranks);
+  const int threads = int(args.get_int("threads", 0));  // 0: every core
+  // The output before any work: a regular file (or absent, or a symlink to
+  // one), and not one of the inputs.
+  fileio::output_file_target(output);
+  fileio::check_not_input(output, "--output", input, "--input");
+  fileio::check_not_input(output, "--output", model, "--model");
   // --ep with --device cuda: R GPU processes over NCCL (cmd_ep_cuda.cpp, docs/ep.md).
   if (args.has("ep") && device == Backend::Cuda) return cmd_run_ep_cuda(argc, argv);
 

@@ -2,6 +2,10 @@
 // receives the arguments after its name. Return the process exit code.
 #pragma once
 
+#include <vector>
+
+#include "cli/args.hpp"
+
 namespace nvfp4moe::cli {
 
 int cmd_demo(int argc, char** argv);        // cmd_demo.cpp: the main job
@@ -13,5 +17,7 @@ int cmd_bench(int argc, char** argv);       // cmd_bench.cpp
 // --ep R on GPUs (one process per GPU over NCCL): cmd_ep_cuda.cpp
 int cmd_bench_ep_cuda(int argc, char** argv);
 int cmd_run_ep_cuda(int argc, char** argv);
+// The options of `run`, with or without --ep (cmd_run.cpp).
+std::vector<Option> run_options();
 
 }  // namespace nvfp4moe::cli

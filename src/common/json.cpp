@@ -79,7 +79,8 @@ double Value::as_double(std::string_view what) const {
 }
 int64_t Value::as_int(std::string_view what) const {
   if (kind_ != Kind::Number) wrong_kind(what, "integer", kind_);
-  NVFP4_CHECK(is_int_, what, ": expected an integer, got ", num_);
+  NVFP4_CHECK(is_int_, what, ": expected an integer, got ", num_,
+              std::fabs(num_) >= 9.2e18 ? " (beyond the 64-bit integer range)" : "");
   return int_;
 }
 const std::string& Value::as_string(std::string_view what) const {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/parse_int.hpp"
 #include "nvfp4moe/error.hpp"
 
 #if defined(NVFP4MOE_HAS_NCCL)
@@ -28,8 +29,8 @@ std::optional<RankEnv> rank_env() {
   const char* f = std::getenv(kEnvIdFile);
   if (!r || !w || !f) return std::nullopt;
   RankEnv e;
-  e.rank = std::atoi(r);
-  e.world = std::atoi(w);
+  e.rank = int(parse_int(r, 0, 65535, kEnvRank));
+  e.world = int(parse_int(w, 1, 65536, kEnvWorld));
   e.id_file = f;
   NVFP4_CHECK(e.world >= 1 && e.rank >= 0 && e.rank < e.world, "rank environment: ", kEnvRank, "=", r, " ",
               kEnvWorld, "=", w, " is not a rank of the world");

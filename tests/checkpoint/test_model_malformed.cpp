@@ -78,7 +78,7 @@ std::vector<Case> cases() {
       {"routed code dtype", 1, e + "2.w1.weight", DType::I8, {160, 128}, std::vector<uint8_t>(160 * 128),
        {"tensor \"" + e + "2.w1.weight\"", "dtype I8, expected U8"}},
       {"NaN routed block scale", 1, e + "3.w2.weight_scale", DType::F8E4M3, {256, 10}, std::vector<uint8_t>(2560, 0xFF),
-       {"tensor \"" + e + "3.w2.weight_scale\"", "block scale byte 0 is NaN (0xff)"}},
+       {"tensor \"" + e + "3.w2.weight_scale\"", "block scale byte 0 (row 0, block 0) is NaN (0xff)"}},
       {"router bias shape", 1, "layers.1.ffn.gate.bias", DType::F32, {4}, f32s({0, 0, 0, 0}),
        {"tensor \"layers.1.ffn.gate.bias\"", "shape [4], expected [8]"}},
       {"missing router", 2, "layers.2.ffn.gate.weight", DType::F32, {}, {},

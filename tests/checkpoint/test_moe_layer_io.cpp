@@ -319,7 +319,7 @@ TEST(MoeLayerIo, BadCheckpointsNameTensorAndValues) {
        {"down_proj.weight_scale_2", "shape [2]", "expected [] or [1]"}},
       {"wrong code shape", e1 + "gate_proj.weight", DType::U8, {16, 8}, std::vector<uint8_t>(128), {"experts.1.gate_proj.weight\"", "shape [16, 8], expected [16, 16]"}},
       {"wrong scale dtype", e1 + "gate_proj.weight_scale", DType::U8, {16, 2}, std::vector<uint8_t>(32, 0x38), {"gate_proj.weight_scale\"", "dtype U8, expected F8_E4M3"}},
-      {"NaN block scale", e1 + "up_proj.weight_scale", DType::F8E4M3, {16, 2}, std::vector<uint8_t>(32, 0x7F), {"up_proj.weight_scale\"", "byte 0 is NaN"}},
+      {"NaN block scale", e1 + "up_proj.weight_scale", DType::F8E4M3, {16, 2}, std::vector<uint8_t>(32, 0x7F), {"up_proj.weight_scale\"", "byte 0 (row 0, block 0) is NaN (0x7f)"}},
       {"router wrong shape", "model.layers.0.mlp.gate.weight", DType::F32, {4, 16}, std::vector<uint8_t>(256), {"gate.weight\"", "shape [4, 16], expected [4, 32]"}},
       {"missing shared expert", "model.layers.0.mlp.shared_experts.up_proj.weight", DType::BF16, {}, {}, {"missing tensor", "shared_experts.up_proj.weight"}},
   };

@@ -212,3 +212,54 @@ def test_hash_layer_needs_token_ids(rng):
         t2 = dict(t)
         del t2["tid2eid"]
         nvfp4moe.Moe.from_tensors(cfg, **t2)
+
+
+# ---- checkpoints: outputs, malformed scales and names (the same C++ checks) --------
+
+def _weights(rng):
+    cfg = make_config(64, 32, 8, 2, 1)
+    return nvfp4moe._C.make_weights(cfg, **make_tensors(cfg, rng))
+
+
+def test_save_moe_output_paths(tmp_path, rng):
+    import os
+    import stat
+    w = _weights(rng)
+    with raises(r"layer\.safetensors: a model directory is written here, but the name ends in \.safetensors"):
+        nvfp4moe.save_moe(str(tmp_path / "layer.safetensors"), 0, w)
+    assert not (tmp_path / "layer.safetensors").exists()
+    d = tmp_path / "m"
+    d.mkdir()
+    os.mkfifo(d / "config.json")
+    with raises(r"config\.json is a FIFO, not a regular file"):
+        nvfp4moe.save_moe(str(d), 0, w)
+    assert stat.S_ISFIFO(os.lstat(d / "config.json").st_mode)
+    assert not (d / "model.safetensors").exists()  # nothing written before the refusal
+    # A symlinked model.safetensors is written through.
+    (d / "config.json").unlink()
+    (tmp_path / "elsewhere.safetensors").write_bytes(b"old")
+    (d / "model.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
+    nvfp4moe.save_moe(str(d), 0, w)
+    assert (d / "model.safetensors").is_symlink()
+    np.testing.assert_array_equal(nvfp4moe.load_moe_weights(str(d), 0).w13_weight, w.w13_weight)
+
+
+def test_load_moe_refuses_bad_block_scales_and_names(tmp_path, rng):
+    import spec_ref
+    nvfp4moe.save_moe(str(tmp_path), 2, _weights(rng))
+    f = nvfp4moe.SafetensorsFile(str(tmp_path / "model.safetensors"))
+    tensors = {n: f.get(n) for n in f.names()}
+    dtypes = {n: f.dtype(n) for n in f.names() if f.dtype(n) not in ("F32", "U8", "I32", "I64")}
+    del f
+    name = "model.layers.2.mlp.experts.4.down_proj.weight_scale"
+    s = tensors[name].copy()
+    s.reshape(-1).view(np.uint8)[9] = 0xB8
+    spec_ref.write_safetensors(tmp_path / "model.safetensors", {**tensors, name: s}, dtypes)
+    with raises(r"experts\.4\.down_proj\.weight_scale\": block scale byte 9 \(row 4, block 1\) is negative \(0xb8\)"):
+        nvfp4moe.load_moe(str(tmp_path), 2)
+    # A tensor name whose layer index does not fit.
+    big = "model.layers.99999999999999999999.mlp.gate.weight"
+    spec_ref.write_safetensors(tmp_path / "model.safetensors", {**tensors, big: np.zeros((8, 64), np.float32)}, dtypes)
+    with raises(r"tensor name 'model\.layers\.99999999999999999999\.mlp\.gate\.weight': layer index: "
+                r"99999999999999999999 is out of range \[0, 2147483647\]"):
+        nvfp4moe.summarize_moe_layers(str(tmp_path))
