@@ -36,4 +36,37 @@ NVFP4_HD float ue8m0_value(uint8_t b) {
 // One MXFP4 element: value(code) * 2^(b - 127), one exact FP32 product.
 NVFP4_HD float mxfp4_value(uint8_t code, uint8_t scale_byte) { return e2m1_value(code) * ue8m0_value(scale_byte); }
 
+// ---- DeepSeek's FP8 activation quantizer (act_quant, scale_fmt "ue8m0") ------
+
+constexpr int kFp8ActBlock = 128;               // act_quant's block_size for FP4 experts
+constexpr float kFp8ActAmaxFloor = 1e-4f;       // T.max(amax, 1e-4) before the scale
+constexpr float kE4M3MaxInv = 1.0f / 448.0f;    // fp8_max_inv, rounded to FP32 (not exact)
+
+// fast_round_scale: the smallest power of two >= t, read from t's bits:
+// exponent field - 127, plus one when the mantissa is not zero.
+NVFP4_HD float pow2_ceil_bits(float t) {
+  const uint32_t u = float_to_bits(t);
+  const int e = int((u >> 23) & 0xFFu) - 127 + ((u & 0x7FFFFFu) != 0 ? 1 : 0);
+  return bits_to_float(uint32_t(e + 127) << 23);
+}
+
+// The block's FP32 scale from its amax: 2^ceil(log2(f32(max(amax, 1e-4) *
+// f32(1/448)))), a product (not a division) as the kernel forms it. A NaN or
+// infinite amax gives NaN (the block, hence its token, turns NaN; DeepSeek's
+// kernel leaves that case undefined).
+NVFP4_HD float fp8_act_block_scale(float amax) {
+  if (!is_finite(amax)) return bits_to_float(0x7fc00000u);
+  const float a = amax > kFp8ActAmaxFloor ? amax : kFp8ActAmaxFloor;
+  return pow2_ceil_bits(a * kE4M3MaxInv);
+}
+
+// The E4M3 byte of x under block scale s: e4m3(clamp(x / s, -448, 448)). x / s
+// is exact (s is a power of two) short of FP32 underflow, where IEEE rounding
+// applies as in the kernel.
+NVFP4_HD uint8_t fp8_act_code(float x, float s) {
+  float v = x / s;
+  v = v > kE4M3Max ? kE4M3Max : (v < -kE4M3Max ? -kE4M3Max : v);
+  return e4m3_from_float(v);
+}
+
 }  // namespace nvfp4moe::fmt
