@@ -188,7 +188,7 @@ std::vector<MoeLayerSummary> summarize_moe_layers(const ModelDir& dir, bool read
     summarize_shared(dir, names, t, read_values, s);
     check_router(names, t, cfg ? &*cfg : nullptr, s);
     check_manifest(dir, names, s);
-    s.loadable = s.routed_format == "NVFP4" && s.problems.empty() && cfg.has_value() &&
+    s.loadable = (s.routed_format == "NVFP4" || s.routed_format == "MXFP4") && s.problems.empty() && cfg.has_value() &&
                  (s.shared_format.empty() || s.shared_format == "BF16" || s.shared_format == "FP8");
     out.push_back(std::move(s));
   }
