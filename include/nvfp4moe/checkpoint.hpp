@@ -208,7 +208,7 @@ struct MoeLayerSummary {
   std::string shared_format;  // "BF16", "FP8", "" (no shared expert), or another weight_format_name()
   std::string router;         // "hash" (tid2eid), "scored", "" (no gate weight)
   bool bias = false;          // a selection bias is present
-  bool loadable = false;      // load_moe_layer takes it: NVFP4 routed experts and no problem found
+  bool loadable = false;      // load_moe_layer takes it: NVFP4 or MXFP4 routed experts and no problem found
   std::string manifest_algo;  // what the quantization manifest gives the experts module ("" = nothing)
   ValueRange weight_scale_2;  // routed NVFP4 experts' global scales
   ValueRange input_scale;     // their static input scales
@@ -223,14 +223,18 @@ struct LoadOptions {
   int64_t first_expert = 0;      // expert-parallel rank: load experts [first, first + count)
   int64_t expert_count = -1;     // -1 = all
   bool mtp = false;              // `layer` indexes the MTP blocks (mtp.{layer}.ffn, DeepSeek layout)
+  // The routed experts' activation mode (MoeConfig::activation); none: nvfp4
+  // for NVFP4 experts, fp8 (DeepSeek's own) for MXFP4 experts.
+  std::optional<ActivationMode> activation;
 };
 
 // Loads one MoE layer of either layout (ModelDir::layout()): ModelOpt NVFP4
 // routed experts into ExpertWeights (gate and up fused per expert as w13, each
-// keeping its weight_scale_2), router, bias, tid2eid for hash layers, shared
-// expert (BF16, or FP8 E4M3 with 128x128 tile scales: F8_E8M0 `scale` or F32
-// `weight_scale_inv`). Routed experts in another format (the official
-// release's MXFP4, FP8, BF16) are refused naming the format and the layer.
+// keeping its weight_scale_2), or the official release's MXFP4 ones (weight
+// I8/U8/F4 + UE8M0 `scale`, ExpertFormat::Mxfp4), router, bias, tid2eid for
+// hash layers, shared expert (BF16, or FP8 E4M3 with 128x128 tile scales:
+// F8_E8M0 `scale` or F32 `weight_scale_inv`). Routed experts in another format
+// (FP8, BF16) or in two formats are refused naming the format and the layer.
 // Validates shapes, dtypes, global scales (NaN/Inf/<=0), block-scale bytes
 // (NaN, negative), FP8 shared weights and scales (NaN), naming the tensor and
 // the index. Input scales: w13_input_scale[e] = max(gate, up input_scale),

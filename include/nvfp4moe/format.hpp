@@ -103,6 +103,32 @@ void scales_linear_to_swizzled(const uint8_t* linear, int64_t rows, int64_t k, u
 // swizzled -> linear [rows, k] (padding ignored).
 void scales_swizzled_to_linear(const uint8_t* swizzled, int64_t rows, int64_t k, uint8_t* linear);
 
+// ---- MXFP4 (docs/numerics.md §7) ----------------------------------------------
+// DeepSeek's official routed experts: E2M1 codes packed as above ([rows,
+// cols/2], element 2i in the low nibble) with one UE8M0 scale byte per 32
+// elements ([rows, cols/32]): x_hat = value(q) * 2^(byte - 127), exact in FP32
+// and BF16. No global scale.
+constexpr int64_t kMxfp4BlockSize = 32;
+
+float ue8m0_decode(uint8_t byte);  // 2^(byte - 127); 0xFF is NaN; 0x00 is 2^-127
+
+// Throws naming `what`, the row and the block of the first NaN byte (0xFF),
+// or of a byte above 0xFC, whose block's values 6 * 2^(byte - 127) would not
+// all be finite in FP32 and BF16 (6 * 2^126 overflows). scales [rows, cols/32].
+void check_mxfp4_scales(const uint8_t* scales, int64_t rows, int64_t cols, const char* what);
+
+// out[r, i] = value(q) * 2^(s - 127), FP32 (exact). cols a multiple of 32.
+void dequantize_mxfp4_rows(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, float* out);
+void dequantize_mxfp4_rows(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, Bf16* out);
+
+// An owning MXFP4 matrix.
+struct Mxfp4Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;   // [rows, cols/2]
+  std::vector<uint8_t> scales;  // [rows, cols/32], UE8M0 bit patterns
+};
+std::vector<float> dequantize(const Mxfp4Matrix& m);
+
 // Throws naming `what` and the first index holding NaN/Inf.
 void check_finite(const float* x, int64_t n, const char* what);
 void check_finite(const Bf16* x, int64_t n, const char* what);

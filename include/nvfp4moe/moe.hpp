@@ -22,6 +22,20 @@ enum class Scoring : uint8_t { SqrtSoftplus, Sigmoid, Softmax };
 enum class InputScaleMode : uint8_t { Dynamic, Static };
 enum class Backend : uint8_t { Cpu, Cuda };
 
+// The routed experts' weight format (docs/numerics.md §7): ModelOpt's NVFP4
+// (UE4M3 scales per 16, a global scale per projection), or DeepSeek's MXFP4
+// (UE8M0 scales per 32, no global scale).
+enum class ExpertFormat : uint8_t { Nvfp4, Mxfp4 };
+// How the routed experts' inputs x (L1) and h (L2) enter their GEMMs
+// (docs/numerics.md §7): Nvfp4 QDQ per §2; Bf16 rounded to BF16, otherwise
+// unquantized (W4A16, as Marlin); Fp8 rounded to BF16, then E4M3 with one
+// power-of-two scale per 128 values, as DeepSeek's inference code quantizes
+// them for its FP4 experts (act_quant, scale_fmt "ue8m0").
+enum class ActivationMode : uint8_t { Nvfp4, Bf16, Fp8 };
+const char* expert_format_name(ExpertFormat f);      // "NVFP4" | "MXFP4"
+const char* activation_mode_name(ActivationMode m);  // "nvfp4" | "bf16" | "fp8"
+ActivationMode parse_activation_mode(const std::string& s);  // the names above; throws otherwise
+
 const char* backend_name(Backend b);
 Backend parse_backend(const std::string& s);  // "cpu" | "cuda"; throws otherwise
 bool cuda_available();                        // built with CUDA and a device present
@@ -40,9 +54,11 @@ struct MoeConfig {
   bool norm_topk_prob = true;          // w_j = rho * s_j / sum s (docs/numerics.md §5); false: rho * s_j
   InputScaleMode l1_input = InputScaleMode::Dynamic;  // x: per token, or static input_scale
   InputScaleMode l2_input = InputScaleMode::Dynamic;  // h: per (token, expert) row, or static
+  ActivationMode activation = ActivationMode::Nvfp4;  // routed experts' x and h; static scales need Nvfp4
 
   int64_t shared_inter() const { return shared_intermediate ? shared_intermediate : intermediate * shared_experts; }
-  // Throws naming the field and value (H, I multiples of 16; 1 <= k <= E; ...).
+  // Throws naming the field and value (H, I multiples of 16; 1 <= k <= E; a
+  // static input scale with an activation mode other than nvfp4; ...).
   void validate() const;
 };
 
@@ -53,22 +69,26 @@ MoeConfig dsv4_flash_config();
 MoeConfig small_demo_config();  // a small DeepSeek-V4-shaped layer for the CPU demo
 
 // Routed experts in the project's layout (that of vLLM's ModelOptNvFp4FusedMoE):
-// experts [first_expert, first_expert + count), indexed locally.
+// experts [first_expert, first_expert + count), indexed locally. B, the
+// scale block, is 16 for NVFP4 and 32 for MXFP4.
 struct ExpertWeights {
+  ExpertFormat format = ExpertFormat::Nvfp4;
   int64_t count = 0;          // local experts held
   int64_t first_expert = 0;   // global id of local expert 0
   int64_t hidden = 0, intermediate = 0;
   std::vector<uint8_t> w13_codes;   // [count, 2I, H/2]: rows 0..I-1 gate (W1), I..2I-1 up (W3)
-  std::vector<uint8_t> w13_scales;  // [count, 2I, H/16] linear UE4M3 bit patterns
-  std::vector<float> w13_global;    // [count, 2]: g of gate, g of up (weight_scale_2)
+  std::vector<uint8_t> w13_scales;  // [count, 2I, H/B] linear: UE4M3 (NVFP4) or UE8M0 (MXFP4) bit patterns
+  std::vector<float> w13_global;    // NVFP4 [count, 2]: g of gate, g of up (weight_scale_2); MXFP4 empty
   std::vector<uint8_t> w2_codes;    // [count, H, I/2] (down, W2)
-  std::vector<uint8_t> w2_scales;   // [count, H, I/16]
-  std::vector<float> w2_global;     // [count]
-  std::vector<float> w13_input_scale;  // [count] static g of x (checkpoint input_scale), or empty
-  std::vector<float> w2_input_scale;   // [count] static g of h, or empty
+  std::vector<uint8_t> w2_scales;   // [count, H, I/B]
+  std::vector<float> w2_global;     // NVFP4 [count]; MXFP4 empty
+  std::vector<float> w13_input_scale;  // NVFP4: [count] static g of x (checkpoint input_scale), or empty
+  std::vector<float> w2_input_scale;   // NVFP4: [count] static g of h, or empty
 
-  // Throws naming the tensor and expert if a size is off or a global scale is
-  // NaN/Inf/non-positive.
+  int64_t scale_block() const { return format == ExpertFormat::Mxfp4 ? 32 : 16; }
+  // Throws naming the tensor and expert if a size is off, a global scale is
+  // NaN/Inf/non-positive, or (MXFP4) global or input scales are present or a
+  // UE8M0 byte is NaN or overflows (check_mxfp4_scales).
   void validate() const;
   // A rank's slice: experts [first, first + n) as a new ExpertWeights.
   ExpertWeights slice(int64_t first, int64_t n) const;

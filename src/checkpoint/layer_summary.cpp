@@ -13,6 +13,7 @@
 #include "checkpoint/weight_format.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
+#include "nvfp4moe/format.hpp"
 
 namespace nvfp4moe {
 
@@ -59,6 +60,29 @@ std::string joined(const std::set<std::string>& s) {
   return r;
 }
 
+// An MXFP4 projection's dtypes and shapes from the headers alone: reading its
+// UE8M0 bytes would touch ~1/16 of the model (DeepSeek-V4-Pro: tens of GB).
+void check_mxfp4_shapes(const ModelDir& dir, const std::string& prefix, Proj p, const MoeConfig* cfg,
+                        MoeLayerSummary& s) {
+  const TensorInfo &w = dir.get(prefix + ".weight"), &sc = dir.get(prefix + ".scale");
+  const bool f4 = w.dtype == DType::F4;
+  if (w.shape.size() != 2) {
+    s.problems.push_back("tensor \"" + w.name + "\": shape " + shape_text(w.shape) + ", expected 2-D");
+    return;
+  }
+  const int64_t N = w.shape[0], K = f4 ? w.shape[1] : 2 * w.shape[1];
+  if (cfg) {
+    const int64_t n = p == Proj::Down ? cfg->hidden : cfg->intermediate;
+    const int64_t k = p == Proj::Down ? cfg->intermediate : cfg->hidden;
+    if (N != n || K != k)
+      s.problems.push_back("tensor \"" + w.name + "\": shape " + shape_text(w.shape) + ", expected " +
+                           shape_text({n, f4 ? k : k / 2}));
+  }
+  if (K % kMxfp4BlockSize != 0 || sc.shape != std::vector<int64_t>({N, K / kMxfp4BlockSize}))
+    s.problems.push_back("tensor \"" + sc.name + "\": shape " + shape_text(sc.shape) + ", expected " +
+                         shape_text({N, K / kMxfp4BlockSize}) + " (one UE8M0 scale per 32 elements)");
+}
+
 // The routed experts: formats, missing projections, shapes against the config,
 // and the global scales of the NVFP4 ones.
 void summarize_experts(const ModelDir& dir, const MoeNames& names, const BlockTensors& t, const MoeConfig* cfg,
@@ -73,6 +97,7 @@ void summarize_experts(const ModelDir& dir, const MoeNames& names, const BlockTe
       }
       const WeightFormat f = classify_weight(dir, prefix);
       formats.insert(weight_format_name(f));
+      if (f == WeightFormat::Mxfp4) check_mxfp4_shapes(dir, prefix, p, cfg, s);
       if (f != WeightFormat::Nvfp4) continue;
       try {
         // The loader's checks but for the block-scale bytes (a whole model holds ~100 GB of them).
@@ -160,7 +185,7 @@ std::vector<MoeLayerSummary> summarize_moe_layers(const ModelDir& dir, bool read
     summarize_shared(dir, names, t, read_values, s);
     check_router(names, t, cfg ? &*cfg : nullptr, s);
     check_manifest(dir, names, s);
-    s.loadable = s.routed_format == "NVFP4" && s.problems.empty() && cfg.has_value() &&
+    s.loadable = (s.routed_format == "NVFP4" || s.routed_format == "MXFP4") && s.problems.empty() && cfg.has_value() &&
                  (s.shared_format.empty() || s.shared_format == "BF16" || s.shared_format == "FP8");
     out.push_back(std::move(s));
   }

@@ -71,6 +71,7 @@ struct RewriteSpec {
   std::function<std::string(const std::string& config_json)> config_edit;
   std::vector<std::pair<std::string, std::string>> extra_files;  // (name, content)
   std::vector<std::string> drop_files;  // names not to carry over (e.g. hf_quant_config.json)
+  bool copy_directories = false;        // also carry over subdirectories (inference/, encoding/, ...)
 };
 void rewrite_checkpoint(const std::string& in, const std::string& out, const RewriteSpec& spec);
 

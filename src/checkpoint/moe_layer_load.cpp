@@ -1,9 +1,10 @@
 // One DeepSeek-V4 MoE layer from a checkpoint of either layout.
 //
-// Routed experts must be ModelOpt NVFP4; each expert's tensors map onto
-// ExpertWeights: w13 holds gate's I rows then up's I rows, each keeping its
-// own weight_scale_2 in w13_global[e] = {g_gate, g_up}. Another format (the
-// official release's MXFP4, FP8, BF16) is refused naming it and the layer.
+// Routed experts are ModelOpt NVFP4 or the official release's MXFP4; each
+// expert's tensors map onto ExpertWeights: w13 holds gate's I rows then up's
+// I rows, NVFP4 ones each keeping its own weight_scale_2 in w13_global[e] =
+// {g_gate, g_up}, MXFP4 ones their UE8M0 scale bytes as stored. Another
+// format (FP8, BF16) or a mix is refused naming it and the layer.
 //
 // Static L1 input scale: the contract speaks of "one static g from the
 // checkpoint's input_scale", but checkpoints store one per expert and
@@ -13,10 +14,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "checkpoint/model_files.hpp"
 #include "checkpoint/moe_names.hpp"
 #include "checkpoint/nvfp4_weight.hpp"
+#include "checkpoint/mxfp4_weights.hpp"
 #include "checkpoint/shared_expert_io.hpp"
 #include "checkpoint/weight_format.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -28,18 +31,51 @@ namespace {
 
 void append(std::vector<uint8_t>& dst, const TensorInfo& t) { dst.insert(dst.end(), t.data, t.data + t.nbytes); }
 
-// Every projection of every loaded expert must be NVFP4; the first one that
-// is not names the layer and the format it found.
-void require_nvfp4_experts(const ModelDir& dir, const MoeNames& names, int64_t first, int64_t count) {
+// Every projection of every loaded expert must be NVFP4, or every one MXFP4;
+// the first that is neither, or differs from the first expert's, names the
+// layer and the format it found.
+ExpertFormat routed_expert_format(const ModelDir& dir, const MoeNames& names, int64_t first, int64_t count) {
+  std::optional<WeightFormat> layer_format;
+  std::string first_prefix;
   for (int64_t e = first; e < first + count; ++e)
     for (Proj p : kProjs) {
       const std::string prefix = names.expert(e, p);
       const WeightFormat f = classify_weight(dir, prefix);
       NVFP4_CHECK(f != WeightFormat::Missing, dir.path(), ": missing tensor \"", prefix, ".weight\" (",
                   names.label(), ", expert ", e, ")");
-      NVFP4_CHECK(f == WeightFormat::Nvfp4, names.label(), ": routed experts are ", weight_format_name(f), " (",
-                  describe_weight(dir, prefix), "); nvfp4moe runs NVFP4 routed experts only");
+      NVFP4_CHECK(f == WeightFormat::Nvfp4 || f == WeightFormat::Mxfp4, names.label(), ": routed experts are ",
+                  weight_format_name(f), " (", describe_weight(dir, prefix),
+                  "); nvfp4moe runs NVFP4 and MXFP4 routed experts");
+      if (!layer_format) {
+        layer_format = f;
+        first_prefix = prefix;
+      }
+      NVFP4_CHECK(f == *layer_format, names.label(), ": routed experts are ", weight_format_name(f), " (",
+                  describe_weight(dir, prefix), ") but ", first_prefix, " is ", weight_format_name(*layer_format),
+                  "; the experts of one layer share one format");
     }
+  return layer_format == WeightFormat::Mxfp4 ? ExpertFormat::Mxfp4 : ExpertFormat::Nvfp4;
+}
+
+// One MXFP4 projection of N rows and K columns (the official layout, checked
+// by read_mxfp4_weight), appended to codes / scales; codes stay as stored.
+void load_mxfp4_projection(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K,
+                           std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
+  const Mxfp4WeightView v = read_mxfp4_weight(dir, prefix, N, K);
+  append(codes, *v.weight);
+  append(scales, *v.scale);
+}
+
+void load_mxfp4_experts(const ModelDir& dir, const MoeNames& names, const LoadOptions& o, const MoeConfig& cfg,
+                        ExpertWeights& ex) {
+  NVFP4_CHECK(!o.static_l1_input && !o.static_l2_input, dir.path(), ": static input scales requested but ",
+              names.label(), " has MXFP4 routed experts, which carry no input_scale");
+  const int64_t H = cfg.hidden, I = cfg.intermediate;
+  for (int64_t e = ex.first_expert; e < ex.first_expert + ex.count; ++e) {
+    for (Proj p : {Proj::Gate, Proj::Up})
+      load_mxfp4_projection(dir, names.expert(e, p), I, H, ex.w13_codes, ex.w13_scales);
+    load_mxfp4_projection(dir, names.expert(e, Proj::Down), H, I, ex.w2_codes, ex.w2_scales);
+  }
 }
 
 // A manifest that gives the layer's experts NVFP4 must give them groups of 16.
@@ -154,16 +190,21 @@ MoeWeights load_moe_layer(const ModelDir& dir, int layer, const LoadOptions& opt
   NVFP4_CHECK(first >= 0 && count >= 0 && first + count <= E, "load_moe_layer: experts [", first, ", ",
               first + count, ") outside [0, E=", E, ")");
   check_manifest(dir, names);
-  require_nvfp4_experts(dir, names, first, count);
 
   ExpertWeights& ex = w.experts;
+  ex.format = routed_expert_format(dir, names, first, count);
   ex.count = count;
   ex.first_expert = first;
   ex.hidden = cfg.hidden;
   ex.intermediate = cfg.intermediate;
-  load_routed_experts(dir, names, options, cfg, ex);
+  if (ex.format == ExpertFormat::Mxfp4) load_mxfp4_experts(dir, names, options, cfg, ex);
+  else load_routed_experts(dir, names, options, cfg, ex);
   cfg.l1_input = options.static_l1_input ? InputScaleMode::Static : InputScaleMode::Dynamic;
   cfg.l2_input = options.static_l2_input ? InputScaleMode::Static : InputScaleMode::Dynamic;
+  // NVFP4 experts default to NVFP4 activations (as on Blackwell), MXFP4 ones
+  // to DeepSeek's FP8 activations (its inference code for FP4 experts).
+  cfg.activation = options.activation.value_or(ex.format == ExpertFormat::Mxfp4 ? ActivationMode::Fp8
+                                                                                 : ActivationMode::Nvfp4);
   ex.validate();
   load_router(dir, names, cfg, w.router);
   if (cfg.shared_experts > 0) load_shared_expert(dir, names, cfg, w.shared);

@@ -31,6 +31,8 @@ void check_savable(int layer, const MoeWeights& w) {
   c.validate();
   ex.validate();
   NVFP4_CHECK(layer >= 0, "save_moe_layer: layer must be >= 0, got ", layer);
+  NVFP4_CHECK(ex.format == ExpertFormat::Nvfp4, "save_moe_layer: routed experts are ", expert_format_name(ex.format),
+              "; the writer writes NVFP4 experts");
   NVFP4_CHECK(ex.hidden == c.hidden && ex.intermediate == c.intermediate, "save_moe_layer: experts hold H=",
               ex.hidden, " I=", ex.intermediate, " but the config says H=", c.hidden, " I=", c.intermediate);
   const int64_t H = c.hidden, E = c.experts;

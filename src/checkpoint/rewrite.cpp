@@ -76,6 +76,12 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
     // Carry over the other small files (tokenizer, generation config, ...).
     for (const auto& entry : std::filesystem::directory_iterator(in)) {
       const std::string name = entry.path().filename().string();
+      if (spec.copy_directories && entry.is_directory() && name != "__pycache__" && name != ".cache") {
+        std::error_code ec;
+        std::filesystem::copy(entry.path(), fileio::join(stage, name), std::filesystem::copy_options::recursive, ec);
+        NVFP4_CHECK(!ec, "cannot copy ", entry.path().string(), " to ", stage, ": ", ec.message());
+        continue;
+      }
       if (!entry.is_regular_file() || is_safetensors_name(name) || name == "config.json" ||
           name == "model.safetensors.index.json" || fileio::exists(fileio::join(stage, name)))
         continue;

@@ -137,9 +137,9 @@ std::string range_text(const ValueRange& r) {
 }
 
 std::string not_loadable_reason(const MoeLayerSummary& s) {
-  if (s.routed_format != "NVFP4")
+  if (s.routed_format != "NVFP4" && s.routed_format != "MXFP4")
     return "not loadable (routed experts " + (s.routed_format.empty() ? std::string("absent") : s.routed_format) +
-           "; nvfp4moe runs NVFP4)";
+           "; nvfp4moe runs NVFP4 and MXFP4)";
   return "not loadable (see below)";
 }
 

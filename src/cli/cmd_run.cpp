@@ -25,8 +25,11 @@ void print_usage() {
   std::printf(
       "usage: nvfp4moe run --model DIR --layer L --input X.safetensors --output Y.safetensors\n"
       "                    [--device cpu|cuda] [--ep R] [--threads N] [--static-input-scales] [--mtp]\n"
+      "                    [--act nvfp4|bf16|fp8]\n"
       "DIR: either checkpoint layout (DeepSeek's layers.L.ffn.* or Hugging Face's model.layers.L.mlp.*);\n"
-      "--mtp: L is an MTP block (mtp.L.ffn.*). Layers whose routed experts are not NVFP4 are refused.\n"
+      "--mtp: L is an MTP block (mtp.L.ffn.*). Routed experts NVFP4 or MXFP4 (DeepSeek's release).\n"
+      "--act: how the routed experts' inputs are staged (docs/numerics.md section 7); default nvfp4 for\n"
+      "NVFP4 experts, fp8 (DeepSeek's act_quant) for MXFP4 experts; bf16 and fp8 run on the cpu only.\n"
       "X: hidden_states [T, H] bf16|f32; optional token_ids [T] int32|int64 (required for hash-routed\n"
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"
@@ -57,7 +60,8 @@ std::vector<Option> run_options() {
           integer("ep", 1, kMaxRanks),
           integer("threads", 1, kMaxThreads),
           flag("static-input-scales"),
-          flag("mtp")};
+          flag("mtp"),
+          choice("act", {"nvfp4", "bf16", "fp8"})};
 }
 
 int cmd_run(int argc, char** argv) {
@@ -83,6 +87,7 @@ int cmd_run(int argc, char** argv) {
   LoadOptions lo;
   lo.static_l1_input = lo.static_l2_input = args.has("static-input-scales");
   lo.mtp = args.has("mtp");
+  if (args.has("act")) lo.activation = parse_activation_mode(args.get("act", ""));
   MoeWeights weights = load_moe_layer(dir, layer, lo);
   const MoeConfig cfg = weights.config;
 

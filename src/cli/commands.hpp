@@ -14,6 +14,7 @@ int cmd_quantize(int argc, char** argv);    // cmd_quantize.cpp
 int cmd_dequantize(int argc, char** argv);  // cmd_quantize.cpp
 int cmd_inspect(int argc, char** argv);     // cmd_inspect.cpp
 int cmd_bench(int argc, char** argv);       // cmd_bench.cpp
+int cmd_convert(int argc, char** argv);     // cmd_convert.cpp
 // --ep R on GPUs (one process per GPU over NCCL): cmd_ep_cuda.cpp
 int cmd_bench_ep_cuda(int argc, char** argv);
 int cmd_run_ep_cuda(int argc, char** argv);

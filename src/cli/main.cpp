@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"run", nvfp4moe::cli::cmd_run, "run one MoE layer of a model directory on inputs from a file"},
     {"quantize", nvfp4moe::cli::cmd_quantize, "quantize expert weights to ModelOpt NVFP4"},
     {"dequantize", nvfp4moe::cli::cmd_dequantize, "NVFP4 tensors back to BF16"},
+    {"convert", nvfp4moe::cli::cmd_convert, "DeepSeek's MXFP4 release to ModelOpt NVFP4 experts"},
     {"inspect", nvfp4moe::cli::cmd_inspect, "list tensors, quantization and MoE config"},
     {"bench", nvfp4moe::cli::cmd_bench, "time the MoE forward against its roofline"},
 };

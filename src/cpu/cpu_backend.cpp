@@ -78,10 +78,10 @@ class CpuBackend final : public MoeBackendImpl {
         pairs.push_back({int32_t(t), id});
         pair_w.push_back(weights[t * k + j]);
       }
-    // QDQ of x once per token (the same for every expert it is routed to).
+    // x staged once per token (the same for every expert it is routed to).
     std::vector<float> a_values(static_cast<size_t>(T * H)), a_g(static_cast<size_t>(T));
-    qdq_rows(x, T, H, c.l1_input == InputScaleMode::Static ? &l1_static_g_ : nullptr, 0, a_values.data(),
-             a_g.data());
+    stage_activation_rows(c.activation, x, T, H, c.l1_input == InputScaleMode::Static ? &l1_static_g_ : nullptr, 0,
+                          a_values.data(), a_g.data());
     std::vector<float> o(pairs.size() * size_t(H));
     run_routed_experts(c, w_.experts, a_values.data(), a_g.data(), pairs.data(), int64_t(pairs.size()),
                        c.l2_input == InputScaleMode::Static ? w_.experts.w2_input_scale.data() : nullptr,

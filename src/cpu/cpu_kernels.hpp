@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "format/mxfp4_codec.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/types.hpp"
 
@@ -48,6 +49,25 @@ inline void dequant_rows_noglobal_ref(const E2m1PairTable& lut, const uint8_t* c
       }
     }
   }
+}
+
+// Rows [0, n) of an MXFP4 matrix with K columns (codes [*, K/2], UE8M0 scales
+// [*, K/32]) -> out [n, K] as value(q) * 2^(b - 127), exact. MXFP4 has no
+// global scale, so this is the whole dequantization. The one version: the
+// routed experts dequantize an MXFP4 tile once and reuse it for every token.
+inline void dequant_mxfp4_rows_ref(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                                   int64_t K, float* out) {
+  const int64_t kb = K / fmt::kMxBlock;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < kb; ++b) {
+      const float s = fmt::ue8m0_value(scales[r * kb + b]);
+      const uint8_t* c = codes + r * (K / 2) + b * (fmt::kMxBlock / 2);
+      float* o = out + r * K + b * fmt::kMxBlock;
+      for (int i = 0; i < fmt::kMxBlock / 2; ++i) {
+        o[2 * i] = lut.pair[c[i]][0] * s;
+        o[2 * i + 1] = lut.pair[c[i]][1] * s;
+      }
+    }
 }
 
 // BF16 -> FP32 (exact widening).

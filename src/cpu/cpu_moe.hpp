@@ -54,6 +54,28 @@ void check_topk_ids(const int64_t* ids, int64_t tokens, int64_t k, int64_t exper
 void qdq_rows(const float* x, int64_t rows, int64_t cols, const float* static_g, int64_t static_stride,
               float* values, float* g);
 
+// The routed experts' input rows [rows, cols] as the activation mode stages
+// them (docs/numerics.md §7): exact values and a per-row factor g that the
+// GEMM applies to its sum.
+//   Nvfp4  qdq_rows (static_g as there);
+//   Bf16   values = bf16(x), g = 1 (W4A16: x only rounded to BF16, as Marlin takes it);
+//   Fp8    values = fp8_act_qdq of bf16(x), g = 1: DeepSeek's act_quant with
+//          power-of-two scales; its activations are BF16, so x and h are
+//          rounded to BF16 first (its Expert casts h to BF16 before w2).
+void stage_activation_rows(ActivationMode mode, const float* x, int64_t rows, int64_t cols, const float* static_g,
+                           int64_t static_stride, float* values, float* g);
+
+// DeepSeek's FP8 activation quantizer on one row of n values (src/format/
+// mxfp4_codec.hpp): blocks of 128 consecutive values (the last one shorter when
+// n is not a multiple of 128: DeepSeek's act_quant requires a multiple, its
+// shapes always are), s_b = 2^ceil(log2(f32(max(amax_b, 1e-4) * f32(1/448)))),
+// codes[i] = e4m3(clamp(x_i / s_b, -448, 448)). A block holding NaN or Inf
+// gets s_b = NaN (its values, hence its token, turn NaN).
+void fp8_act_quant_ref(const float* x, int64_t n, uint8_t* codes, float* scales);
+// QDQ of one row: values[i] = e4m3(codes[i]) * s_b (exact), bit-identical to
+// fp8_act_quant_ref followed by that product.
+void fp8_act_qdq(const float* x, int64_t n, float* values);
+
 // ---- grouping -----------------------------------------------------------------
 // One routed (token, slot): row of the activation matrix and LOCAL expert id.
 struct ExpertPair {

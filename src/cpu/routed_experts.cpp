@@ -1,5 +1,5 @@
-// The routed experts on the CPU: grouped NVFP4 GEMMs with the dequantized
-// weight tile reused across every token routed to the expert.
+// The routed experts on the CPU: grouped NVFP4 or MXFP4 GEMMs with the
+// dequantized weight tile reused across every token routed to the expert.
 //
 // Work is split into items (expert, tile of output rows) taken from a queue,
 // so 6 active experts still keep every core busy in decode and an expert with
@@ -47,11 +47,15 @@ struct Scratch {
 // expert's group, act(pos) giving a position's activation row; emit(pos, d)
 // receives the position's n dot products. Few positions: the rows are
 // dequantized inside the dots; more: once into the tile.
+// MXFP4 tiles are always dequantized once into the tile (exact values, no
+// global scale) and the dots read them.
 template <typename Act, typename Emit>
-void tile_item_dots(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t K,
-                    int64_t begin, int64_t end, Scratch& s, Act&& act, Emit&& emit) {
-  const bool fused = end - begin <= kDotTokens;
-  if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, s.tile.data());
+void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t* codes, const uint8_t* scales,
+                    int64_t n, int64_t K, int64_t begin, int64_t end, Scratch& s, Act&& act, Emit&& emit) {
+  const bool mx = format == ExpertFormat::Mxfp4;
+  const bool fused = !mx && end - begin <= kDotTokens;
+  if (mx) dequant_mxfp4_rows_ref(lut, codes, scales, n, K, s.tile.data());
+  else if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, s.tile.data());
   for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
     const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
     const float* a[kDotTokens];
@@ -72,6 +76,9 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   const int64_t H = cfg.hidden, I = cfg.intermediate, E = w.count;
   NVFP4_CHECK(w.hidden == H && w.intermediate == I, "routed experts: weights are H=", w.hidden,
               " I=", w.intermediate, ", config H=", H, " I=", I);
+  // MXFP4 has no global scale: the weight's factor in alpha is 1.
+  const bool mx = w.format == ExpertFormat::Mxfp4;
+  const int64_t B = w.scale_block();
   if (n_pairs == 0) return;
   const ExpertGroups groups = group_by_expert(pairs, n_pairs, E);
   const E2m1PairTable lut;
@@ -89,10 +96,10 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     const TileItem it = l1_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
-    const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / 16);
-    const float g_gate = w.w13_global[size_t(2 * e)], g_up = w.w13_global[size_t(2 * e + 1)];
+    const uint8_t* scales = w.w13_scales.data() + (e * 2 * I + it.row0) * (H / B);
+    const float g_gate = mx ? 1.0f : w.w13_global[size_t(2 * e)], g_up = mx ? 1.0f : w.w13_global[size_t(2 * e + 1)];
     tile_item_dots(
-        lut, codes, scales, n, H, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
+        lut, w.format, codes, scales, n, H, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
         [&](int64_t pos) { return a_values + int64_t(pairs[groups.pair[size_t(pos)]].row) * H; },
         [&](int64_t pos, const float* d) {
           const int64_t row = pairs[groups.pair[size_t(pos)]].row;
@@ -101,8 +108,9 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
         });
   });
 
-  // 2. h = swiglu(gate, up), then QDQ per (token, expert) row (dynamic) or
-  //    with the expert's static input_scale.
+  // 2. h = swiglu(gate, up), then staged per the activation mode: NVFP4 QDQ
+  //    per (token, expert) row (dynamic) or with the expert's static
+  //    input_scale, BF16, or DeepSeek's FP8.
   const bool has_limit = cfg.swiglu_limit.has_value();
   const float limit = cfg.swiglu_limit.value_or(0.0f);
   std::vector<float> h_values(static_cast<size_t>(n_pairs * I)), h_g(static_cast<size_t>(n_pairs));
@@ -113,8 +121,8 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
       const float* gu = gateup.data() + pos * 2 * I;
       for (int64_t i = 0; i < I; ++i) h[size_t(i)] = swiglu(gu[i], gu[I + i], has_limit, limit);
       const int64_t e = pairs[groups.pair[size_t(pos)]].expert;
-      qdq_rows(h.data(), 1, I, l2_static_g ? l2_static_g + e : nullptr, 0, h_values.data() + pos * I,
-               h_g.data() + pos);
+      stage_activation_rows(cfg.activation, h.data(), 1, I, l2_static_g ? l2_static_g + e : nullptr, 0,
+                            h_values.data() + pos * I, h_g.data() + pos);
     }
   });
 
@@ -124,10 +132,10 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     const TileItem it = l2_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
-    const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / 16);
-    const float g_w = w.w2_global[size_t(e)];
+    const uint8_t* scales = w.w2_scales.data() + (e * H + it.row0) * (I / B);
+    const float g_w = mx ? 1.0f : w.w2_global[size_t(e)];
     tile_item_dots(
-        lut, codes, scales, n, I, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
+        lut, w.format, codes, scales, n, I, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
         [&](int64_t pos) { return h_values.data() + pos * I; },
         [&](int64_t pos, const float* d) {
           float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;

@@ -127,7 +127,7 @@ void compute_and_return(const MoeConfig& c, const ExpertWeights& ew, const RecvB
   const int64_t n = int64_t(recv.entries.size()), H = c.hidden, k = c.top_k;
   if (n == 0) return;
   std::vector<float> a_values(size_t(n * H)), a_g(static_cast<size_t>(n)), o(size_t(n * H)), w(static_cast<size_t>(n));
-  cpu::qdq_rows(recv.x.data(), n, H, l1_static_g, 0, a_values.data(), a_g.data());
+  cpu::stage_activation_rows(c.activation, recv.x.data(), n, H, l1_static_g, 0, a_values.data(), a_g.data());
   std::vector<cpu::ExpertPair> pairs(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     pairs[size_t(i)] = {int32_t(i), recv.entries[size_t(i)].local_expert};

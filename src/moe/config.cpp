@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "nvfp4moe/error.hpp"
+#include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe {
@@ -20,6 +21,29 @@ void MoeConfig::validate() const {
               routed_scaling_factor);
   NVFP4_CHECK(!swiglu_limit || (std::isfinite(*swiglu_limit) && *swiglu_limit > 0),
               "MoeConfig: swiglu_limit must be finite and > 0, got ", swiglu_limit.value_or(0));
+  const bool any_static = l1_input == InputScaleMode::Static || l2_input == InputScaleMode::Static;
+  NVFP4_CHECK(activation == ActivationMode::Nvfp4 || !any_static, "MoeConfig: static input scales are NVFP4 ",
+              "global scales; activation mode ", activation_mode_name(activation), " takes none (l1_input ",
+              l1_input == InputScaleMode::Static ? "static" : "dynamic", ", l2_input ",
+              l2_input == InputScaleMode::Static ? "static" : "dynamic", ")");
+}
+
+const char* expert_format_name(ExpertFormat f) { return f == ExpertFormat::Mxfp4 ? "MXFP4" : "NVFP4"; }
+
+const char* activation_mode_name(ActivationMode m) {
+  switch (m) {
+    case ActivationMode::Bf16: return "bf16";
+    case ActivationMode::Fp8: return "fp8";
+    case ActivationMode::Nvfp4: break;
+  }
+  return "nvfp4";
+}
+
+ActivationMode parse_activation_mode(const std::string& s) {
+  if (s == "nvfp4") return ActivationMode::Nvfp4;
+  if (s == "bf16") return ActivationMode::Bf16;
+  if (s == "fp8") return ActivationMode::Fp8;
+  NVFP4_FAIL("unknown activation mode '", s, "': expected nvfp4, bf16 or fp8");
 }
 
 MoeConfig dsv4_pro_config() {
@@ -51,18 +75,30 @@ MoeConfig small_demo_config() {
 }
 
 void ExpertWeights::validate() const {
-  const int64_t H = hidden, I = intermediate, n = count;
-  NVFP4_CHECK(H % 16 == 0 && I % 16 == 0 && n >= 0, "ExpertWeights: H=", H, " I=", I, " count=", n);
+  const int64_t H = hidden, I = intermediate, n = count, B = scale_block();
+  const bool mx = format == ExpertFormat::Mxfp4;
+  NVFP4_CHECK(H % B == 0 && I % B == 0 && n >= 0, "ExpertWeights (", expert_format_name(format), "): H=", H,
+              " I=", I, " must be multiples of the scale block ", B, ", count=", n);
   auto size_is = [&](size_t got, int64_t want, const char* name) {
-    NVFP4_CHECK(int64_t(got) == want, "ExpertWeights: ", name, " has ", got, " elements, expected ", want,
-                " (count=", n, " H=", H, " I=", I, ")");
+    NVFP4_CHECK(int64_t(got) == want, "ExpertWeights (", expert_format_name(format), "): ", name, " has ", got,
+                " elements, expected ", want, " (count=", n, " H=", H, " I=", I, ")");
   };
   size_is(w13_codes.size(), n * 2 * I * H / 2, "w13_codes");
-  size_is(w13_scales.size(), n * 2 * I * H / 16, "w13_scales");
-  size_is(w13_global.size(), n * 2, "w13_global");
+  size_is(w13_scales.size(), n * 2 * I * H / B, "w13_scales");
+  size_is(w13_global.size(), mx ? 0 : n * 2, "w13_global");
   size_is(w2_codes.size(), n * H * I / 2, "w2_codes");
-  size_is(w2_scales.size(), n * H * I / 16, "w2_scales");
-  size_is(w2_global.size(), n, "w2_global");
+  size_is(w2_scales.size(), n * H * I / B, "w2_scales");
+  size_is(w2_global.size(), mx ? 0 : n, "w2_global");
+  if (mx) {
+    NVFP4_CHECK(w13_input_scale.empty() && w2_input_scale.empty(), "ExpertWeights (MXFP4): input scales are ",
+                "NVFP4 global scales; MXFP4 experts carry none (w13_input_scale ", w13_input_scale.size(),
+                ", w2_input_scale ", w2_input_scale.size(), " values)");
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string who = "ExpertWeights (MXFP4): expert " + std::to_string(first_expert + e);
+      check_mxfp4_scales(w13_scales.data() + e * 2 * I * H / B, 2 * I, H, (who + " w13_scales").c_str());
+      check_mxfp4_scales(w2_scales.data() + e * H * I / B, H, I, (who + " w2_scales").c_str());
+    }
+  }
   if (!w13_input_scale.empty()) size_is(w13_input_scale.size(), n, "w13_input_scale");
   if (!w2_input_scale.empty()) size_is(w2_input_scale.size(), n, "w2_input_scale");
   auto check_scales = [&](const std::vector<float>& v, int per, const char* name) {
@@ -90,11 +126,12 @@ ExpertWeights ExpertWeights::slice(int64_t first, int64_t n) const {
     if (v.empty()) return V{};
     return V(v.begin() + first * per, v.begin() + (first + n) * per);
   };
+  s.format = format;
   s.w13_codes = cut(w13_codes, 2 * I * H / 2);
-  s.w13_scales = cut(w13_scales, 2 * I * H / 16);
+  s.w13_scales = cut(w13_scales, 2 * I * H / scale_block());
   s.w13_global = cut(w13_global, 2);
   s.w2_codes = cut(w2_codes, H * I / 2);
-  s.w2_scales = cut(w2_scales, H * I / 16);
+  s.w2_scales = cut(w2_scales, H * I / scale_block());
   s.w2_global = cut(w2_global, 1);
   s.w13_input_scale = cut(w13_input_scale, 1);
   s.w2_input_scale = cut(w2_input_scale, 1);

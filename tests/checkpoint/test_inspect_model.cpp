@@ -53,7 +53,7 @@ TEST_F(InspectModel, DeepSeekLayoutSummaryInText) {
   for (const char* want : {"experts NVFP4 x8", "shared FP8", "router hash ", "manifest NVFP4", "  loadable"})
     EXPECT_NE(line("layers.0").find(want), std::string::npos) << want << " in: " << line("layers.0");
   EXPECT_NE(line("layers.2").find("router scored+bias"), std::string::npos) << line("layers.2");
-  for (const char* want : {"experts MXFP4 x8", "weight_scale_2 -", "manifest -", "not loadable (routed experts MXFP4"})
+  for (const char* want : {"experts MXFP4 x8", "weight_scale_2 -", "manifest -", "  loadable"})
     EXPECT_NE(line("mtp.0").find(want), std::string::npos) << want << " in: " << line("mtp.0");
   EXPECT_EQ(r.out.find("MALFORMED"), std::string::npos) << r.out;
 }
@@ -94,7 +94,7 @@ TEST_F(InspectModel, JsonValuesOfBothLayouts) {
     EXPECT_EQ(mtp.find("block")->as_string(), "mtp.0");
     EXPECT_TRUE(mtp.find("mtp")->as_bool());
     EXPECT_EQ(mtp.find("routed_format")->as_string(), "MXFP4");
-    EXPECT_FALSE(mtp.find("loadable")->as_bool());
+    EXPECT_TRUE(mtp.find("loadable")->as_bool());
     EXPECT_EQ(mtp.find("manifest_algo")->as_string(), "");  // "mtp.*" is excluded
     EXPECT_TRUE(mtp.find("weight_scale_2")->is_null());
     expect_range(mtp, "shared_scale",

@@ -63,6 +63,32 @@ std::vector<double> qdq_f64(const std::vector<float>& row, const float* static_g
   return out;
 }
 
+// The other activation modes of docs/numerics.md §7, written out in double
+// from their formulas: bf16 rounds each value to BF16; fp8 then takes blocks
+// of 128 (the last one shorter), t = f32(max(amax, 1e-4) * f32(1/448)), the
+// scale 2^ceil(log2 t) by ldexp, and e4m3(clamp(x / s, +-448)) x s.
+std::vector<double> stage_f64(ActivationMode mode, const std::vector<float>& row, const float* static_g,
+                              bool* near_boundary = nullptr) {
+  if (mode == ActivationMode::Nvfp4) return qdq_f64(row, static_g, near_boundary);
+  const int64_t K = int64_t(row.size());
+  std::vector<float> b(row.size());
+  for (size_t i = 0; i < row.size(); ++i) b[i] = bf16_to_float(bf16_from_float(row[i]));
+  std::vector<double> out(b.begin(), b.end());
+  if (mode == ActivationMode::Bf16) return out;
+  for (int64_t b0 = 0; b0 < K; b0 += 128) {
+    const int64_t n = std::min<int64_t>(128, K - b0);
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(b[size_t(b0 + i)]));
+    const float t = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    const double s = std::ldexp(1.0, int(std::ceil(std::log2(double(t)))));
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = std::min(std::max(double(b[size_t(b0 + i)]) / s, -448.0), 448.0);
+      out[size_t(b0 + i)] = double(e4m3_decode(e4m3_encode(float(v)))) * s;
+    }
+  }
+  return out;
+}
+
 // One expert's weights dequantized in double: w1, w3 [I, H], w2 [H, I].
 struct DenseExpert {
   std::vector<double> w1, w3, w2;
@@ -79,9 +105,27 @@ std::vector<double> dequant_f64(const uint8_t* codes, const uint8_t* scales, dou
   return out;
 }
 
+// MXFP4: value(q) x 2^(b - 127) by ldexp, blocks of 32.
+std::vector<double> dequant_mxfp4_f64(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols) {
+  std::vector<double> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) {
+      const uint8_t q = uint8_t((codes[r * cols / 2 + i / 2] >> ((i & 1) * 4)) & 15);
+      out[size_t(r * cols + i)] = double(e2m1_decode(q)) * std::ldexp(1.0, int(scales[r * cols / 32 + i / 32]) - 127);
+    }
+  return out;
+}
+
 DenseExpert dense_expert(const ExpertWeights& x, int64_t e) {
   const int64_t H = x.hidden, I = x.intermediate;
   DenseExpert d;
+  if (x.format == ExpertFormat::Mxfp4) {
+    d.w1 = dequant_mxfp4_f64(x.w13_codes.data() + e * 2 * I * H / 2, x.w13_scales.data() + e * 2 * I * H / 32, I, H);
+    d.w3 = dequant_mxfp4_f64(x.w13_codes.data() + (e * 2 * I + I) * H / 2,
+                             x.w13_scales.data() + (e * 2 * I + I) * H / 32, I, H);
+    d.w2 = dequant_mxfp4_f64(x.w2_codes.data() + e * H * I / 2, x.w2_scales.data() + e * H * I / 32, H, I);
+    return d;
+  }
   d.w1 = dequant_f64(x.w13_codes.data() + e * 2 * I * H / 2, x.w13_scales.data() + e * 2 * I * H / 16,
                      x.w13_global[size_t(2 * e)], I, H);
   d.w3 = dequant_f64(x.w13_codes.data() + (e * 2 * I + I) * H / 2,
@@ -203,7 +247,8 @@ std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<flo
   if (near_boundary) near_boundary->assign(size_t(T), 0);
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
-    const std::vector<double> a = qdq_f64(xt, c.l1_input == InputScaleMode::Static ? &l1_static : nullptr);
+    const std::vector<double> a =
+        stage_f64(c.activation, xt, c.l1_input == InputScaleMode::Static ? &l1_static : nullptr);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = ids[size_t(t * k + j)];
       if (e < 0) continue;
@@ -221,7 +266,7 @@ std::vector<double> reference_moe_f64(const MoeWeights& w, const std::vector<flo
       }
       const float* l2_static = c.l2_input == InputScaleMode::Static ? &ex.w2_input_scale[size_t(e)] : nullptr;
       bool near = false;
-      const std::vector<double> hq = qdq_f64(h, l2_static, near_boundary ? &near : nullptr);
+      const std::vector<double> hq = stage_f64(c.activation, h, l2_static, near_boundary ? &near : nullptr);
       if (near) (*near_boundary)[size_t(t)] = 1;
       const double wj = double(weights[size_t(t * k + j)]);
       for (int64_t o = 0; o < H; ++o) {

@@ -2,7 +2,8 @@
 // the yardstick for every MoE backend: router in double, weights dequantized in
 // double, QDQ of activations written out from the §2 formulas (the exact
 // quantizer is called for the quantize step only), every sum in double, no
-// tiling, no grouping, no threads.
+// tiling, no grouping, no threads. NVFP4 and MXFP4 experts; the activation
+// modes of §7 (nvfp4, bf16, fp8) written out from their formulas.
 #pragma once
 
 #include <cstdint>

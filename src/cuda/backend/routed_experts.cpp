@@ -5,6 +5,7 @@
 
 #include "cuda/kernels/ref/routed_experts_ref.hpp"
 #include "cuda/kernels/ref/staging_ref.hpp"
+#include "moe/backend.hpp"
 #include "nvfp4moe/error.hpp"
 
 namespace nvfp4moe::cuda {
@@ -21,6 +22,7 @@ DeviceBuffer<T> upload(const std::vector<T>& v) {
 }  // namespace
 
 RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& cfg, RoutedKernels kernels) {
+  require_cuda_expert_support(cfg, w);  // every GPU front end passes here
   NVFP4_CHECK(w.hidden == cfg.hidden && w.intermediate == cfg.intermediate, "routed experts: weights are H=",
               w.hidden, " I=", w.intermediate, " but the config says H=", cfg.hidden, " I=", cfg.intermediate);
   NVFP4_CHECK(w.count > 0, "routed experts: no local experts");

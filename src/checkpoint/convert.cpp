@@ -1,0 +1,230 @@
+// `nvfp4moe convert --to nvfp4`: the checkpoint plumbing of ModelOpt's
+// examples/deepseek/deepseek_v4/quantize_to_nvfp4.py (which routed-expert
+// weights, the w1/w3 pairing, the tensors added and dropped, the index,
+// config.json and hf_quant_config.json), over rewrite_checkpoint's streaming
+// shard-by-shard rewrite. The numerics are convert_expert.cpp.
+#include "checkpoint/convert.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "checkpoint/convert_expert.hpp"
+#include "checkpoint/model_files.hpp"
+#include "checkpoint/moe_names.hpp"
+#include "checkpoint/mxfp4_weights.hpp"
+#include "common/json.hpp"
+#include "nvfp4moe/error.hpp"
+#include "nvfp4moe/format.hpp"
+
+namespace nvfp4moe {
+
+namespace {
+
+// quantize_to_nvfp4.py's _EXPERT_WEIGHT_RE: (mtp.N|layers.N).ffn.experts.E.w[123].weight,
+// DeepSeek's names only; parsed in one pass (names come from untrusted files).
+bool is_expert_weight(const std::string& name) {
+  const std::optional<ParsedMoeName> p = parse_moe_name(name);
+  return p && p->layout == CheckpointLayout::DeepSeek && p->kind == ParsedMoeName::Kind::Expert &&
+         p->suffix == "weight";
+}
+
+std::string strip_weight(const std::string& name) { return name.substr(0, name.size() - 7); }  // "<path>.weight"
+std::string proj_of(const std::string& path) { return path.substr(path.size() - 2); }          // "w1"
+std::string sibling13(const std::string& path) {
+  const std::string p = proj_of(path);
+  return p == "w2" ? "" : path.substr(0, path.size() - 2) + (p == "w1" ? "w3" : "w1");
+}
+std::string experts_module(const std::string& path) { return path.substr(0, path.find(".experts.") + 8); }
+
+std::vector<uint8_t> f32_bytes(float v) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &v, 4);
+  return b;
+}
+
+// Objects with their keys sorted, recursively (json.dumps(sort_keys=True)).
+json::Value sorted(const json::Value& v) {
+  if (v.is_array()) {
+    json::Value a = json::Value::array();
+    for (const auto& x : v.items()) a.push(sorted(x));
+    return a;
+  }
+  if (!v.is_object()) return v;
+  std::vector<json::Value::Member> m = v.members();
+  std::sort(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  json::Value o = json::Value::object();
+  for (const auto& [k, x] : m) o.set(k, sorted(x));
+  return o;
+}
+
+json::Value producer() {
+  return json::Value::object({{"name", json::Value::string("modelopt")},
+                              {"version", json::Value::string("dsv4-nvfp4-experts")}});
+}
+
+json::Value config_groups() {
+  using json::Value;
+  auto q = [] {
+    return Value::object({{"dynamic", Value::boolean(false)}, {"num_bits", Value::integer(4)},
+                          {"type", Value::string("float")}, {"group_size", Value::integer(16)}});
+  };
+  return Value::object({{"group_0", Value::object({{"input_activations", q()}, {"weights", q()},
+                                                   {"targets", Value::array({Value::string("Linear")})}})}});
+}
+
+// _rewrite_config_json: the FP8 quantization_config kept, the NVFP4 MoE
+// manifest added to it; written with sorted keys and a final newline.
+std::string edit_config(const std::string& text, const json::Value& manifest) {
+  using json::Value;
+  Value cfg = text.empty() ? Value::object() : json::parse(text, "config.json");
+  const Value* q0 = cfg.find("quantization_config");
+  Value q = q0 && q0->is_object() ? *q0 : Value::object();
+  if (!q.find("activation_scheme")) q.set("activation_scheme", Value::string("dynamic"));
+  q.set("quant_method", Value::string("fp8"));
+  if (!q.find("weight_block_size")) q.set("weight_block_size", Value::array({Value::integer(128), Value::integer(128)}));
+  q.set("moe_quant_algo", Value::string("NVFP4"));
+  q.set("producer", producer());
+  for (const char* k : {"quant_algo", "kv_cache_quant_algo", "group_size", "quantized_layers", "exclude_modules"})
+    q.set(k, *manifest.find(k));
+  q.set("config_groups", config_groups());
+  q.set("ignore", *manifest.find("exclude_modules"));
+  cfg.set("quantization_config", std::move(q));
+  return json::dump(sorted(cfg), 2) + "\n";
+}
+
+struct Plan {
+  std::set<std::string> paths;    // "<block>.ffn.experts.<e>.<wN>" converted
+  std::set<std::string> modules;  // "<block>.ffn.experts" converted
+  std::map<std::string, float> input_fallback;  // proj -> max calibrated input amax
+};
+
+const float* find_amax(const ConvertOptions& o, const std::string& path, const char* which) {
+  const auto it = o.amax.find(path + "_" + which + "_quantizer._amax");
+  return it == o.amax.end() ? nullptr : &it->second;
+}
+
+// The weight's amax: calibrated, or from its values; w1 and w3 share the max of theirs.
+float weight_amax(const ModelDir& dir, const Plan& plan, const ConvertOptions& o, const std::string& path) {
+  auto one = [&](const std::string& p) {
+    if (const float* a = find_amax(o, p, "weight")) return *a;
+    const Mxfp4WeightView v = read_mxfp4_weight(dir, p);
+    return mxfp4_amax(v.codes(), v.scales(), v.rows, v.cols);
+  };
+  const std::string sib = sibling13(path);
+  return std::max(one(path), !sib.empty() && plan.paths.count(sib) ? one(sib) : 0.0f);
+}
+
+// The input amax: calibrated (w1 and w3 fused by max), else the max over the
+// calibrated experts of the projection; nullopt when no amaxes were given.
+std::optional<float> input_amax(const Plan& plan, const ConvertOptions& o, const std::string& path) {
+  if (o.amax.empty()) return std::nullopt;
+  const float* a = find_amax(o, path, "input");
+  const std::string sib = sibling13(path);
+  const float* b = sib.empty() ? nullptr : find_amax(o, sib, "input");
+  if (a || b) return std::max(a ? *a : 0.0f, b ? *b : 0.0f);
+  const auto fb = plan.input_fallback.find(proj_of(path));
+  NVFP4_CHECK(fb != plan.input_fallback.end(), "convert: no input amax for ", path,
+              " and no calibrated expert of projection ", proj_of(path), " to fall back on");
+  return fb->second;
+}
+
+Plan make_plan(const ModelDir& dir, const ConvertOptions& o) {
+  Plan plan;
+  for (const std::string& name : dir.tensor_names()) {
+    if (!is_expert_weight(name)) continue;
+    if (!o.include_mtp && name.rfind("mtp.", 0) == 0) continue;
+    const std::string path = strip_weight(name);
+    NVFP4_CHECK(dir.has(path + ".scale"), "convert: ", name, " has no paired \"", path,
+                ".scale\" (an MXFP4 routed-expert weight needs its UE8M0 scales)");
+    plan.paths.insert(path);
+    plan.modules.insert(experts_module(path));
+  }
+  NVFP4_CHECK(!plan.paths.empty(), "convert: ", dir.path(), " has no MXFP4 routed-expert weights (names ",
+              "layers.L.ffn.experts.E.w1|w2|w3.weight with .scale", o.include_mtp ? ", or mtp.N..." : "", ")");
+  for (const auto& [key, v] : o.amax) {
+    const size_t at = key.find("_input_quantizer._amax");
+    if (at == std::string::npos) continue;
+    const std::string proj = key.substr(at - 2, 2);
+    float fused = v;  // the fallback is taken after w1/w3 fusion, as ModelOpt does
+    const std::string sib = sibling13(key.substr(0, at));
+    if (!sib.empty())
+      if (const float* s = find_amax(o, sib, "input")) fused = std::max(fused, *s);
+    plan.input_fallback[proj] = std::max(plan.input_fallback[proj], fused);
+  }
+  return plan;
+}
+
+}  // namespace
+
+ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& out, const ConvertOptions& o) {
+  const ModelDir dir(in);
+  NVFP4_CHECK(dir.layout() == CheckpointLayout::DeepSeek, "convert: ", in, " has Hugging Face names; ",
+              "ModelOpt's conversion reads the official release's names (layers.L.ffn.experts...)");
+  const Plan plan = make_plan(dir, o);
+  std::vector<std::string> excluded = deepseek_excluded_modules();
+  if (o.include_mtp) excluded.erase(std::remove(excluded.begin(), excluded.end(), "mtp.*"), excluded.end());
+  const json::Value manifest =
+      mixed_precision_manifest(std::vector<std::string>(plan.modules.begin(), plan.modules.end()), excluded);
+  const std::string hf_quant =
+      json::dump(json::Value::object({{"producer", producer()}, {"quantization", manifest}}), 2);
+
+  ConvertReport report;
+  const int64_t shard_count = int64_t(model_shard_files(in).size());
+  RewriteSpec spec;
+  spec.copy_directories = true;
+  spec.extra_files = {{"hf_quant_config.json", hf_quant}};
+  spec.config_edit = [&](const std::string& text) { return edit_config(text, manifest); };
+  spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
+    int64_t converted = 0, passed = 0;
+    for (const TensorInfo& t : src.tensors()) {
+      const bool is_weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+      const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
+      if (is_scale && plan.paths.count(t.name.substr(0, t.name.size() - 6))) continue;  // the .scale sibling: dropped
+      if (!is_weight || !plan.paths.count(strip_weight(t.name))) {
+        w.add(t.name, t.dtype, t.shape, t.data);  // passed through byte for byte
+        ++passed;
+        continue;
+      }
+      const std::string path = strip_weight(t.name);
+      const Mxfp4WeightView v = read_mxfp4_weight(dir, path);
+      Nvfp4Tensor q;
+      if (o.lossless) {
+        int kmax = mxfp4_kmax(v.scales(), v.rows * v.cols / 32);
+        const std::string sib = sibling13(path);
+        if (!sib.empty() && plan.paths.count(sib)) {
+          const Mxfp4WeightView s = read_mxfp4_weight(dir, sib);
+          kmax = std::max(kmax, mxfp4_kmax(s.scales(), s.rows * s.cols / 32));
+        }
+        q = cast_mxfp4_lossless(v.codes(), v.scales(), v.rows, v.cols, kmax - 8, o.threads);
+        report.exact_blocks += q.exact_blocks;
+        if (q.exact_blocks != q.blocks)
+          report.inexact.push_back(t.name + ": " + std::to_string(q.blocks - q.exact_blocks) + " of " +
+                                   std::to_string(q.blocks) + " blocks requantized");
+      } else {
+        q = requantize_mxfp4(v.codes(), v.scales(), v.rows, v.cols,
+                             global_scale_for_amax(weight_amax(dir, plan, o, path)));
+      }
+      report.blocks += q.blocks;
+      w.add_owned(t.name, DType::U8, {v.rows, v.cols / 2}, std::move(q.codes));
+      w.add_owned(path + ".weight_scale", DType::F8E4M3, {v.rows, v.cols / 16}, std::move(q.scales));
+      w.add_owned(path + ".weight_scale_2", DType::F32, {}, f32_bytes(q.g));
+      if (const std::optional<float> a = input_amax(plan, o, path))
+        w.add_owned(path + ".input_scale", DType::F32, {}, f32_bytes(global_scale_for_amax(*a)));
+      ++converted;
+    }
+    ++report.shards;
+    report.experts_converted += converted;
+    report.tensors_passed += passed;
+    if (o.progress)
+      o.progress("convert: shard " + std::to_string(report.shards) + "/" + std::to_string(shard_count) + " " +
+                 src.path().substr(src.path().rfind('/') + 1) + ": " + std::to_string(converted) +
+                 " expert weights to NVFP4, " + std::to_string(passed) + " tensors passed through");
+  };
+  rewrite_checkpoint(in, out, spec);
+  return report;
+}
+
+}  // namespace nvfp4moe

@@ -1,0 +1,71 @@
+// `nvfp4moe convert --to nvfp4 IN OUT`: DeepSeek's MXFP4 release to an
+// NVFP4-expert checkpoint as NVIDIA ModelOpt writes it (src/checkpoint/convert.hpp).
+#include <cstdio>
+#include <string>
+
+#include "checkpoint/convert.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/error.hpp"
+
+namespace nvfp4moe::cli {
+
+namespace {
+
+void print_usage() {
+  std::printf(
+      "usage: nvfp4moe convert --to nvfp4 IN OUT [--lossless] [--include-mtp] [--amax AMAX.safetensors]\n"
+      "                        [--threads N]\n"
+      "IN: DeepSeek's MXFP4 release (shards + index, official names); OUT: a new directory with the same\n"
+      "shards where every routed-expert weight layers.L.ffn.experts.E.w1|w2|w3 is NVFP4 (weight,\n"
+      "weight_scale, weight_scale_2 [, input_scale]) and every other tensor is copied byte for byte;\n"
+      "index, config.json and hf_quant_config.json as ModelOpt's quantize_to_nvfp4.py writes them.\n"
+      "Default: MXFP4 -> BF16 -> NVFP4 with weight_scale_2 = amax / 2688 (w1 and w3: the larger amax).\n"
+      "--lossless: ModelOpt's closed-form cast, weight_scale_2 = 2^(k_max - 8): blocks within E4M3's\n"
+      "range keep their values exactly; the others are requantized and listed.\n"
+      "--include-mtp: convert the mtp.* experts too (ModelOpt leaves them MXFP4).\n"
+      "--amax: calibration amaxes, F32 scalars named as ModelOpt dumps them\n"
+      "(<block>.ffn.experts.<e>.<wN>_{weight,input}_quantizer._amax); input_scale is written only then.\n");
+}
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv) {
+  const Args args(argc, argv,
+                  {flag("help"), choice("to", {"nvfp4"}), flag("lossless"), flag("include-mtp"), text("amax"),
+                   integer("threads", 1, kMaxThreads)},
+                  2);
+  if (args.has("help")) {
+    print_usage();
+    return 0;
+  }
+  args.require("to");
+  NVFP4_CHECK(args.positional().size() == 2, "convert takes IN and OUT, got ", args.positional().size(),
+              " positional arguments");
+  const std::string& in = args.positional()[0];
+  const std::string& out = args.positional()[1];
+  ConvertOptions o;
+  o.lossless = args.has("lossless");
+  o.include_mtp = args.has("include-mtp");
+  o.threads = int(args.get_int("threads", 0));  // 0: every core
+  if (const auto amax = args.value("amax")) {
+    const SafetensorsFile f(*amax);
+    for (const TensorInfo& t : f.tensors()) {
+      NVFP4_CHECK(t.dtype == DType::F32 && t.numel() == 1, *amax, ": tensor \"", t.name, "\" is ",
+                  dtype_name(t.dtype), " with ", t.numel(), " elements, expected one F32 amax");
+      o.amax[t.name] = t.to_f32()[0];
+    }
+  }
+  o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  const ConvertReport r = convert_mxfp4_to_nvfp4(in, out, o);
+  std::printf("%s -> %s: %lld expert weights to NVFP4, %lld tensors passed through, %lld shards\n", in.c_str(),
+              out.c_str(), (long long)r.experts_converted, (long long)r.tensors_passed, (long long)r.shards);
+  if (o.lossless) {
+    std::printf("lossless cast: %lld of %lld NVFP4 blocks exact\n", (long long)r.exact_blocks, (long long)r.blocks);
+    for (const std::string& s : r.inexact) std::printf("  requantized: %s\n", s.c_str());
+  }
+  return 0;
+}
+
+}  // namespace nvfp4moe::cli
