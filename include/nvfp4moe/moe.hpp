@@ -150,6 +150,13 @@ struct SyntheticDense {
 };
 MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense = nullptr);
 
+// The same layer with its routed experts generated and quantized on the
+// current CUDA device, one expert at a time (DeepSeek-V4-Pro in seconds
+// rather than minutes on the host): the generator's values are the same
+// bits, and the GPU quantizer is the host's formula (docs/numerics.md §2), so
+// the result equals make_synthetic_moe's. Throws in a build without CUDA.
+MoeWeights make_synthetic_moe_cuda(const MoeConfig& cfg, uint64_t seed);
+
 constexpr int64_t kSyntheticVocab = 4096;
 
 // The FP32 weights of expert `e` before quantization (w1, w3 [I, H]; w2 [H, I]).

@@ -17,6 +17,12 @@
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
 
+#ifdef NVFP4MOE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#endif
+
 namespace nvfp4moe::cli {
 
 namespace {
@@ -112,9 +118,41 @@ void print_usage() {
       "Runs a deterministic synthetic DeepSeek-V4 MoE layer quantized to NVFP4: one warm-up and\n"
       "--iters timed forwards of N tokens; prints the relative error against the unquantized layer\n"
       "(same routing), routing statistics and throughput. Default: the small geometry, on cuda when a\n"
-      "GPU is present, else cpu; 64 tokens. dsv4-pro generates and quantizes 384 experts on the host\n"
-      "and regenerates the touched ones for the reference: minutes.\n");
+      "GPU is present, else cpu; 64 tokens. On the GPU the experts are drawn and quantized on the\n"
+      "device and each forward is also timed with x and y on the device; dsv4-pro on the host takes\n"
+      "minutes. The reference regenerates the touched experts on the host (--no-reference skips it).\n");
 }
+
+#ifdef NVFP4MOE_HAS_CUDA
+// Device time of one forward (router included) with x and y already on the
+// device: the median of `iters`, between two events on the layer's stream.
+double device_forward_ms(Moe& moe, const std::vector<float>& x, int64_t T, int64_t iters) {
+  const int64_t H = moe.config().hidden;
+  const int device = moe.device_index();
+  cuda::DeviceGuard guard(device);
+  cuda::DeviceBuffer<float> dx(x.size());
+  cuda::DeviceBuffer<uint16_t> dy(x.size());
+  dx.upload(x.data(), x.size());
+  cuda::CudaStream stream;
+  cuda::CudaEvent a, b;
+  ForwardOutputs out;
+  out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda, device);
+  const TensorView xv = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda, device);
+  std::vector<float> ms;
+  for (int64_t i = 0; i <= iters; ++i) {  // the first is a warm-up
+    NVFP4_CUDA_CHECK(cudaEventRecord(a.get(), stream.get()));
+    moe.forward(xv, RoutingArgs{}, out, ForwardOptions{.stream = stream.get()});
+    NVFP4_CUDA_CHECK(cudaEventRecord(b.get(), stream.get()));
+    NVFP4_CUDA_CHECK(cudaEventSynchronize(b.get()));
+    float t = 0;
+    NVFP4_CUDA_CHECK(cudaEventElapsedTime(&t, a.get(), b.get()));
+    if (i > 0) ms.push_back(t);
+  }
+  moe.sync_errors();
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+#endif
 
 // One row count's forwards: a warm-up, `iters` timed ones, routing
 // statistics and (unless skipped) the error against the unquantized layer.
@@ -150,6 +188,13 @@ int64_t demo_forward(Moe& moe, const MoeConfig& cfg, const SharedExpertWeights& 
               "%.1f tokens/s%s\n",
               first * 1e3, per * 1e3, (long long)iters, cpu_per * 1e3, double(T) / per,
               gpu ? " (host copies included)" : "");
+#ifdef NVFP4MOE_HAS_CUDA
+  if (gpu) {
+    const double dev = device_forward_ms(moe, x, T, iters);
+    std::printf("device time: %.3f ms per forward with x and y on the device (median of %lld) = %.1f tokens/s\n",
+                dev, (long long)iters, double(T) / (dev * 1e-3));
+  }
+#endif
   if (!reference) return nonfinite;
   t0 = Clock::now();
   const std::vector<double> ref = unquantized_layer(cfg, seed, shared, x, T, r.topk_ids, r.topk_weights, threads);
@@ -178,7 +223,8 @@ int cmd_demo(int argc, char** argv) {
   }
   const bool gpu = args.value("device") ? parse_backend(*args.value("device")) == Backend::Cuda : cuda_available();
   // The small geometry by default everywhere: the full layers take minutes
-  // of host-side generation (measured: over 170 s for dsv4-pro on 16 cores).
+  // of host-side generation (measured: over 170 s for dsv4-pro on 16 cores)
+  // and of the host reference.
   const std::string model = args.get("model", "small");
   const MoeConfig cfg = model_config(model);
   // --tokens N or a list N1,N2,...: one forward (plus timed repeats) per count.
@@ -193,18 +239,22 @@ int cmd_demo(int argc, char** argv) {
   std::printf("device %s, %d threads, seed %llu\n", gpu ? "cuda" : "cpu", thread_count(threads),
               (unsigned long long)seed);
 
+  // On the GPU the routed experts are drawn and quantized there (the same
+  // bytes as on the host, in seconds rather than minutes for dsv4-pro).
   const auto t0 = Clock::now();
-  MoeWeights weights = make_synthetic_moe(cfg, seed);
+  MoeWeights weights = gpu ? make_synthetic_moe_cuda(cfg, seed) : make_synthetic_moe(cfg, seed);
   const double nvfp4_gb = double(weights.experts.w13_codes.size() + weights.experts.w13_scales.size() +
                                  weights.experts.w2_codes.size() + weights.experts.w2_scales.size()) / 1e9;
-  std::printf("synthetic weights quantized to NVFP4 in %.2f s (%.3f GB of routed experts)\n", seconds_since(t0),
-              nvfp4_gb);
+  std::printf("synthetic weights quantized to NVFP4 on the %s in %.2f s (%.3f GB of routed experts)\n",
+              gpu ? "device" : "host", seconds_since(t0), nvfp4_gb);
+  const auto t1 = Clock::now();
   const SharedExpertWeights shared = weights.shared;
   MoeOptions opt;
   opt.backend = gpu ? Backend::Cuda : Backend::Cpu;
   opt.threads = threads;
   opt.max_tokens = std::max<int64_t>(opt.max_tokens, *std::max_element(token_counts.begin(), token_counts.end()));
   Moe moe(std::move(weights), opt);
+  std::printf("layer built on the %s in %.2f s\n", gpu ? "device" : "host", seconds_since(t1));
 
   int64_t nonfinite = 0;
   for (const int64_t T : token_counts)

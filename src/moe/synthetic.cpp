@@ -1,18 +1,16 @@
 // Synthetic DeepSeek-V4-structured MoE layers (moe.hpp): deterministic
 // weights from (seed, tensor, expert, row), quantized to NVFP4 per tensor.
 //
-// NOTES: a counter-based generator (one splitmix64 stream per row) instead of
-// one sequential stream: any expert or row can be regenerated alone, rows are
-// generated in parallel, and the result does not depend on the thread count.
-// Values are Irwin-Hall(4) — the sum of four 16-bit uniforms from one 64-bit
-// draw, rescaled to unit variance — close enough to normal for weights and
-// ~10x cheaper than Box-Muller, which matters at DeepSeek-V4-Pro size (25 G
-// values).
+// The generator is counter-based (synthetic_stream.hpp): any expert or row
+// can be regenerated alone, rows are generated in parallel, the result does
+// not depend on the thread count, and make_synthetic_moe_cuda draws the same
+// values on a GPU.
 #include <cmath>
 #include <cstring>
 
 #include "common/parallel.hpp"
-#include "common/splitmix.hpp"
+#include "moe/synthetic_layer.hpp"
+#include "moe/synthetic_stream.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -21,39 +19,24 @@ namespace nvfp4moe {
 
 namespace {
 
-// Tensor tags: part of every row's stream key.
-enum Tag : uint64_t { kW1 = 1, kW3, kW2, kGate, kBias, kSharedW1, kSharedW3, kSharedW2, kTid2eid, kInput, kScales };
-
-uint64_t mix64(uint64_t z) { return splitmix64_mix(z); }
-
-// One row's stream: splitmix64 keyed by (seed, tag, expert, row).
+// One row's stream, drawn in order (synthetic_stream.hpp).
 struct RowStream {
-  SplitMix64 g;
-  RowStream(uint64_t seed, uint64_t tag, int64_t expert, int64_t row)
-      : g{mix64(mix64(mix64(seed ^ (tag * kSplitMixGamma)) + uint64_t(expert)) + uint64_t(row))} {}
-  uint64_t next() { return g.next(); }
-  // ~N(0, 1): Irwin-Hall of four 16-bit uniforms, mean 2, variance 1/3.
-  float normal() {
-    uint64_t r = next();
-    float sum = 0.0f;
-    for (int i = 0; i < 4; ++i) sum += (float((r >> (16 * i)) & 0xffff) + 0.5f) * (1.0f / 65536.0f);
-    return (sum - 2.0f) * 1.7320508f;
-  }
+  uint64_t key;
+  int64_t drawn = 0;
+  RowStream(uint64_t seed, uint64_t tag, int64_t expert, int64_t row) : key(synthetic_row_key(seed, tag, expert, row)) {}
+  uint64_t next() { return synthetic_draw(key, drawn++); }
   float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
 };
 
-// Rows [0, rows) of a tensor ~N(0, stddev^2); about one row in eight gets one
-// x8 outlier (real checkpoints have a few, and they stress the block scales).
+// Rows [0, rows) of a tensor ~N(0, stddev^2) with their outliers.
 void fill_rows(float* out, int64_t rows, int64_t cols, float stddev, uint64_t seed, uint64_t tag,
                int64_t expert) {
   parallel_for(rows, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t r = r0; r < r1; ++r) {
-                   RowStream rs(seed, tag, expert, r);
+                   const uint64_t key = synthetic_row_key(seed, tag, expert, r);
                    float* o = out + r * cols;
-                   for (int64_t c = 0; c < cols; ++c) o[c] = rs.normal() * stddev;
-                   const uint64_t u = rs.next();
-                   if ((u & 7) == 0) o[(u >> 3) % uint64_t(cols)] *= 8.0f;
+                   for (int64_t c = 0; c < cols; ++c) o[c] = synthetic_value(key, c, cols, stddev);
                  }
                });
 }
@@ -80,15 +63,15 @@ SyntheticExpertDense synthetic_expert_dense(const MoeConfig& cfg, uint64_t seed,
   d.w1.resize(size_t(I * H));
   d.w3.resize(size_t(I * H));
   d.w2.resize(size_t(H * I));
-  fill_rows(d.w1.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kW1, e);
-  fill_rows(d.w3.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kW3, e);
-  fill_rows(d.w2.data(), H, I, 1.0f / std::sqrt(float(I)), seed, kW2, e);
+  fill_rows(d.w1.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kSynW1, e);
+  fill_rows(d.w3.data(), I, H, 1.0f / std::sqrt(float(H)), seed, kSynW3, e);
+  fill_rows(d.w2.data(), H, I, 1.0f / std::sqrt(float(I)), seed, kSynW2, e);
   return d;
 }
 
 std::vector<float> synthetic_hidden_states(const MoeConfig& cfg, uint64_t seed, int64_t tokens) {
   std::vector<float> x(static_cast<size_t>(tokens * cfg.hidden));
-  fill_rows(x.data(), tokens, cfg.hidden, 1.0f, seed, kInput, 0);
+  fill_rows(x.data(), tokens, cfg.hidden, 1.0f, seed, kSynInput, 0);
   return x;
 }
 
@@ -98,15 +81,15 @@ static RouterWeights synthetic_router(const MoeConfig& cfg, uint64_t seed) {
   const int64_t H = cfg.hidden, E = cfg.experts, k = cfg.top_k;
   RouterWeights r;
   r.gate.resize(size_t(E * H));
-  fill_rows(r.gate.data(), E, H, 1.0f / std::sqrt(float(H)), seed, kGate, 0);
+  fill_rows(r.gate.data(), E, H, 1.0f / std::sqrt(float(H)), seed, kSynGate, 0);
   r.bias.resize(size_t(E));
-  RowStream bias(seed, kBias, 0, 0);
+  RowStream bias(seed, kSynBias, 0, 0);
   for (auto& b : r.bias) b = 0.1f * bias.uniform() - 0.05f;
   if (!cfg.hash_routed) return r;
   r.vocab = kSyntheticVocab;
   r.tid2eid.resize(size_t(kSyntheticVocab * k));
   for (int64_t v = 0; v < kSyntheticVocab; ++v) {
-    RowStream rs(seed, kTid2eid, 0, v);
+    RowStream rs(seed, kSynTid2eid, 0, v);
     int32_t* row = r.tid2eid.data() + v * k;
     for (int64_t j = 0; j < k;) {
       const int32_t id = int32_t(rs.next() % uint64_t(E));
@@ -123,16 +106,16 @@ static SharedExpertWeights synthetic_shared_expert(const MoeConfig& cfg, uint64_
   const int64_t H = cfg.hidden, Is = cfg.shared_inter();
   SharedExpertWeights sh;
   std::vector<float> t(static_cast<size_t>(Is * H));
-  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW1, 0);
+  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSynSharedW1, 0);
   sh.w1 = to_bf16(t);
-  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSharedW3, 0);
+  fill_rows(t.data(), Is, H, 1.0f / std::sqrt(float(H)), seed, kSynSharedW3, 0);
   sh.w3 = to_bf16(t);
-  fill_rows(t.data(), H, Is, 1.0f / std::sqrt(float(Is)), seed, kSharedW2, 0);
+  fill_rows(t.data(), H, Is, 1.0f / std::sqrt(float(Is)), seed, kSynSharedW2, 0);
   sh.w2 = to_bf16(t);
   return sh;
 }
 
-MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense) {
+MoeWeights synthetic_layer_shell(const MoeConfig& cfg, uint64_t seed) {
   cfg.validate();
   const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.experts;
   MoeWeights w;
@@ -150,6 +133,23 @@ MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDens
   x.w2_global.resize(size_t(E));
   x.w13_input_scale.resize(size_t(E));
   x.w2_input_scale.resize(size_t(E));
+  for (int64_t e = 0; e < E; ++e) {
+    // Static input scales as a calibration would set them (amax ~6 for x,
+    // ~10 for h), varying a little per expert so that "max over experts"
+    // is a real choice.
+    RowStream rs(seed, kSynScales, e, 0);
+    x.w13_input_scale[size_t(e)] = global_scale_for_amax(6.0f * (1.0f + 0.1f * rs.uniform()));
+    x.w2_input_scale[size_t(e)] = global_scale_for_amax(10.0f * (1.0f + 0.1f * rs.uniform()));
+  }
+  w.router = synthetic_router(cfg, seed);
+  if (cfg.shared_experts > 0) w.shared = synthetic_shared_expert(cfg, seed);
+  return w;
+}
+
+MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDense* dense) {
+  MoeWeights w = synthetic_layer_shell(cfg, seed);
+  const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.experts;
+  ExpertWeights& x = w.experts;
   if (dense) {
     dense->w1.resize(size_t(E * I * H));
     dense->w3.resize(size_t(E * I * H));
@@ -168,22 +168,20 @@ MoeWeights make_synthetic_moe(const MoeConfig& cfg, uint64_t seed, SyntheticDens
     x.w13_global[size_t(2 * e)] = q1.global_scale[0];
     x.w13_global[size_t(2 * e + 1)] = q3.global_scale[0];
     x.w2_global[size_t(e)] = q2.global_scale[0];
-    // Static input scales as a calibration would set them (amax ~6 for x,
-    // ~10 for h), varying a little per expert so that "max over experts"
-    // is a real choice.
-    RowStream rs(seed, kScales, e, 0);
-    x.w13_input_scale[size_t(e)] = global_scale_for_amax(6.0f * (1.0f + 0.1f * rs.uniform()));
-    x.w2_input_scale[size_t(e)] = global_scale_for_amax(10.0f * (1.0f + 0.1f * rs.uniform()));
     if (dense) {
       std::copy(d.w1.begin(), d.w1.end(), dense->w1.begin() + e * I * H);
       std::copy(d.w3.begin(), d.w3.end(), dense->w3.begin() + e * I * H);
       std::copy(d.w2.begin(), d.w2.end(), dense->w2.begin() + e * H * I);
     }
   }
-
-  w.router = synthetic_router(cfg, seed);
-  if (cfg.shared_experts > 0) w.shared = synthetic_shared_expert(cfg, seed);
   return w;
 }
+
+#ifndef NVFP4MOE_HAS_CUDA
+MoeWeights make_synthetic_moe_cuda(const MoeConfig&, uint64_t) {
+  NVFP4_FAIL("make_synthetic_moe_cuda: this build of nvfp4moe has no CUDA backend (nvcc was not found at "
+             "configure time)");
+}
+#endif
 
 }  // namespace nvfp4moe
