@@ -171,6 +171,40 @@ def test_deepseek_layout_round_trip_and_twin(tmp_path, rng):
         nvfp4moe.save_moe(str(tmp_path / "c"), 4, w, layout="hf")
 
 
+# The float keys of a saved config.json: transformers' DeepseekV4Config
+# declares them float and refuses an integer such as 10.
+_FLOAT_CONFIG_KEYS = ("routed_scaling_factor", "swiglu_limit")
+
+
+def _saved_whole_float_config(tmp_path, rng, layout):
+    cfg = make_config(64, 32, 8, 2, 1, rho=2.0, limit=10.0)
+    w = nvfp4moe._C.make_weights(cfg, **make_tensors(cfg, rng))
+    out = tmp_path / layout
+    nvfp4moe.save_moe(str(out), 1, w, layout=layout)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["huggingface", "deepseek"])
+def test_saved_config_writes_floats_as_floats(tmp_path, rng, layout):
+    out = _saved_whole_float_config(tmp_path, rng, layout)
+    text = (out / "config.json").read_text()
+    cfg = json.loads(text)
+    for key in _FLOAT_CONFIG_KEYS:
+        assert isinstance(cfg[key], float), f"{key}: {cfg[key]!r} in {text}"
+    assert '"swiglu_limit": 10.0' in text and '"routed_scaling_factor": 2.0' in text, text
+
+
+@pytest.mark.parametrize("layout", ["huggingface", "deepseek"])
+def test_saved_config_is_read_by_transformers(tmp_path, rng, layout):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DeepseekV4Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no DeepseekV4Config")
+    out = _saved_whole_float_config(tmp_path, rng, layout)
+    c = transformers.DeepseekV4Config.from_pretrained(str(out))
+    assert c.swiglu_limit == 10.0 and c.routed_scaling_factor == 2.0
+    assert (c.hidden_size, c.moe_intermediate_size, c.n_routed_experts, c.num_experts_per_tok) == (64, 32, 8, 2)
+
+
 def _e4m3_values(bytes_):
     return spec_ref.e4m3_value(bytes_).astype(np.float32)
 
