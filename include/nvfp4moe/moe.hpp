@@ -87,8 +87,10 @@ struct ExpertWeights {
 
   int64_t scale_block() const { return format == ExpertFormat::Mxfp4 ? 32 : 16; }
   // Throws naming the tensor and expert if a size is off, a global scale is
-  // NaN/Inf/non-positive, or (MXFP4) global or input scales are present or a
-  // UE8M0 byte is NaN or overflows (check_mxfp4_scales).
+  // NaN/Inf/non-positive, (NVFP4) a block-scale byte is not UE4M3 (0x7F/0xFF
+  // NaN, or its sign bit set; one pass over the scales), or (MXFP4) global or
+  // input scales are present or a UE8M0 byte is NaN or overflows
+  // (check_mxfp4_scales).
   void validate() const;
   // A rank's slice: experts [first, first + n) as a new ExpertWeights.
   ExpertWeights slice(int64_t first, int64_t n) const;

@@ -11,6 +11,7 @@
 
 #include "array_view.hpp"
 #include "bindings.hpp"
+#include "format/nvfp4_validate.hpp"
 #include "numpy_out.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -94,17 +95,19 @@ std::vector<Bf16> host_bf16(const TensorView& v0, const char* arg, std::initiali
 }
 
 // Block scales of weights must be finite, non-negative UE4M3 bytes: 0x7F/0xFF
-// are E4M3 NaN, and a set sign bit is not a UE4M3 value (docs/numerics.md §1, §6).
+// are E4M3 NaN, and a set sign bit is not a UE4M3 value (docs/numerics.md §1,
+// §6). The rule is the one every reader applies (format/nvfp4_validate.hpp);
+// the message names the Python argument and the expert, row and block.
 void check_weight_scale_bytes(const std::vector<uint8_t>& s, const char* name, int64_t rows, int64_t blocks,
                               int64_t first_expert) {
-  for (size_t i = 0; i < s.size(); ++i) {
-    const uint8_t b = s[i];
-    if ((b & 0x7F) != 0x7F && (b & 0x80) == 0) continue;
-    const int64_t per_expert = rows * blocks, e = int64_t(i) / per_expert, r = int64_t(i) % per_expert / blocks;
-    NVFP4_FAIL(name, ": block scale byte 0x", std::hex, int(b), std::dec, " of expert ", first_expert + e, " row ",
-               r, " block ", int64_t(i) % blocks, (b & 0x7F) == 0x7F ? " is NaN" : " is negative",
-               " (UE4M3 block scales must be finite and >= 0)");
-  }
+  const int64_t i = first_bad_block_scale(s.data(), int64_t(s.size()));
+  if (i < 0) return;
+  const uint8_t b = s[size_t(i)];
+  const int64_t per_expert = rows * blocks;
+  NVFP4_FAIL(name, ": block scale byte 0x", std::hex, int(b), std::dec, " of expert ", first_expert + i / per_expert,
+             " row ", i % per_expert / blocks, " block ", i % blocks,
+             block_scale_fault(b) == ScaleByteFault::NaN ? " is NaN" : " is negative",
+             " (UE4M3 block scales must be finite and >= 0)");
 }
 
 MoeWeights make_weights(const MoeConfig& cfg, const InArray& w13_codes_a, const InArray& w13_scales_a,
@@ -145,9 +148,11 @@ MoeWeights make_weights(const MoeConfig& cfg, const InArray& w13_codes_a, const 
               "w13_input_scale: the config asks for a static L1 input scale but none was given");
   NVFP4_CHECK(cfg.l2_input == InputScaleMode::Dynamic || !x.w2_input_scale.empty(),
               "w2_input_scale: the config asks for a static L2 input scale but none was given");
-  x.validate();
+  // Before validate(), which applies the same rule, so that a bad byte is
+  // reported under the argument's name.
   check_weight_scale_bytes(x.w13_scales, "w13_weight_scale", 2 * I, H / 16, first_expert);
   check_weight_scale_bytes(x.w2_scales, "w2_weight_scale", H, I / 16, first_expert);
+  x.validate();
 
   RouterWeights& r = w.router;
   if (router_gate_a.is_none()) r.gate.assign(size_t(E * H), 0.0f);  // caller-supplied routing only

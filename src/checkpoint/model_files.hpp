@@ -23,10 +23,19 @@ QuantManifest parse_quant_manifest(const std::string& config_json, const std::st
 
 // hf_quant_config.json as ModelOpt writes it, produced by nvfp4moe: the plain
 // NVFP4 form, and the MIXED_PRECISION form of ModelOpt's DeepSeek-V4 export
-// (`nvfp4_modules` each {"quant_algo": "NVFP4", "group_size": 16}).
+// (`nvfp4_modules` each {"quant_algo": "NVFP4", "group_size": 16}). Both
+// carry "kv_cache_quant_algo": null (no KV-cache quantization), which vLLM's
+// ModelOptNvFp4Config requires next to group_size and exclude_modules.
 std::string hf_quant_config_text(const std::vector<std::string>& exclude_modules);
 std::string hf_quant_config_mixed_text(const std::vector<std::string>& nvfp4_modules,
                                        const std::vector<std::string>& exclude_modules);
+// config.json's quantization_config for NVFP4 weights without input scales,
+// in the form ModelOpt's Hugging Face export writes (its
+// convert_hf_quant_config_format): quant_method "modelopt", the exclusions
+// as "ignore" (vLLM reads this object before hf_quant_config.json, so
+// without them it would quantize every linear layer), and one config group
+// of 4-bit float weights in groups of 16 and no input activations.
+json::Value nvfp4_weight_only_quantization_config(const std::vector<std::string>& exclude_modules);
 // The exclusions ModelOpt's DeepSeek-V4 export lists: attention and shared
 // experts stay FP8, the head unconverted, the MTP blocks in their format.
 std::vector<std::string> deepseek_excluded_modules();

@@ -135,9 +135,30 @@ std::string hf_quant_config_text(const std::vector<std::string>& exclude_modules
   Value j = Value::object(
       {{"producer", Value::object({{"name", Value::string("nvfp4moe")}, {"version", Value::string("0.1.0")}})},
        {"quantization", Value::object({{"quant_algo", Value::string("NVFP4")},
+                                       {"kv_cache_quant_algo", Value()},
                                        {"group_size", Value::integer(16)},
                                        {"exclude_modules", std::move(ex)}})}});
   return json::dump(j, 2) + "\n";
+}
+
+json::Value nvfp4_weight_only_quantization_config(const std::vector<std::string>& exclude_modules) {
+  using json::Value;
+  Value ignore = Value::array();
+  for (const auto& m : exclude_modules) ignore.push(Value::string(m));
+  const Value weights = Value::object({{"dynamic", Value::boolean(false)}, {"num_bits", Value::integer(4)},
+                                       {"type", Value::string("float")}, {"group_size", Value::integer(16)}});
+  // No "input_activations": the files hold no input_scale, and vLLM runs a
+  // group without them as weight-only NVFP4 (W4A16) instead of reading an
+  // input scale that was never loaded.
+  Value groups = Value::object(
+      {{"group_0", Value::object({{"weights", weights}, {"targets", Value::array({Value::string("Linear")})}})}});
+  return Value::object({{"quant_method", Value::string("modelopt")},
+                        {"quant_algo", Value::string("NVFP4")},
+                        {"group_size", Value::integer(16)},
+                        {"config_groups", std::move(groups)},
+                        {"ignore", std::move(ignore)},
+                        {"producer", Value::object({{"name", Value::string("nvfp4moe")},
+                                                    {"version", Value::string("0.1.0")}})}});
 }
 
 std::vector<std::string> deepseek_excluded_modules() {

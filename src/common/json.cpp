@@ -1,5 +1,6 @@
 #include "common/json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -383,6 +384,11 @@ void dump_to(std::string& out, const Value& v, int indent, int level) {
         r = std::to_chars(buf, buf + sizeof buf, d);  // shortest form that reads back exactly
       }
       out.append(buf, r.ptr);
+      // A number that is not an integer keeps a '.' or an exponent even when
+      // its value is whole (10.0, not 10): strict readers such as typed
+      // config classes refuse an integer where a float is declared.
+      if (!v.is_integer() && std::find_if(buf, r.ptr, [](char c) { return c == '.' || c == 'e'; }) == r.ptr)
+        out += ".0";
       return;
     }
     case Kind::String: out += quote(v.as_string()); return;

@@ -75,7 +75,9 @@ class Value {
 Value parse(std::string_view text, std::string_view source = "JSON");
 
 // Writes `v`; indent < 0 gives the compact form, else pretty-printed with
-// that many spaces. Non-finite numbers are an error (JSON has none).
+// that many spaces. Integers are written as integers, every other number
+// with a '.' or an exponent (10.0, not 10), so it reads back as a float.
+// Non-finite numbers are an error (JSON has none).
 std::string dump(const Value& v, int indent = -1);
 
 // `s` as a quoted JSON string literal.

@@ -1,6 +1,7 @@
 // MoeConfig and ExpertWeights validation, published geometries.
 #include <cmath>
 
+#include "format/nvfp4_validate.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -98,6 +99,22 @@ void ExpertWeights::validate() const {
       check_mxfp4_scales(w13_scales.data() + e * 2 * I * H / B, 2 * I, H, (who + " w13_scales").c_str());
       check_mxfp4_scales(w2_scales.data() + e * H * I / B, H, I, (who + " w2_scales").c_str());
     }
+  }
+  if (!mx) {
+    // Caller-supplied bytes get the checkpoint reader's rule (0x7F/0xFF NaN,
+    // sign bit set): one linear pass over each array, the message built only
+    // for the first bad byte.
+    auto check_block_bytes = [&](const std::vector<uint8_t>& s, int64_t rows, int64_t blocks, const char* name) {
+      const int64_t i = first_bad_block_scale(s.data(), int64_t(s.size()));
+      if (i < 0) return;
+      const int64_t per_expert = rows * blocks;
+      NVFP4_FAIL("ExpertWeights (NVFP4): ", name, " of expert ", first_expert + i / per_expert, ": block scale byte 0x",
+                 std::hex, int(s[size_t(i)]), std::dec, " at row ", i % per_expert / blocks, " block ", i % blocks,
+                 " is ", block_scale_fault(s[size_t(i)]) == ScaleByteFault::NaN ? "NaN" : "negative",
+                 " (UE4M3 block scales must be finite and >= 0)");
+    };
+    check_block_bytes(w13_scales, 2 * I, H / B, "w13_scales");
+    check_block_bytes(w2_scales, H, I / B, "w2_scales");
   }
   if (!w13_input_scale.empty()) size_is(w13_input_scale.size(), n, "w13_input_scale");
   if (!w2_input_scale.empty()) size_is(w2_input_scale.size(), n, "w2_input_scale");

@@ -145,6 +145,31 @@ TEST(ModelSave, ArbitraryTileFactorsAndSeparateGateUpScalesSurvive) {
   }
 }
 
+TEST(ModelSave, FloatConfigValuesAreWrittenAsFloats) {
+  // transformers' DeepseekV4Config declares routed_scaling_factor and
+  // swiglu_limit float and refuses the integer 10.
+  const FixtureModel model = test::make_fixture_model(7);
+  MoeWeights w = model.layers[1];
+  w.config.routed_scaling_factor = 2.0f;
+  w.config.swiglu_limit = 10.0f;
+  ScratchDir d;
+  for (CheckpointLayout layout : {CheckpointLayout::DeepSeek, CheckpointLayout::HuggingFace}) {
+    SCOPED_TRACE(layout_name(layout));
+    const std::string out = d / layout_name(layout);
+    save_moe_layer(out, 1, w, SaveOptions{layout});
+    const std::string text = text_of(out + "/config.json");
+    EXPECT_NE(text.find("\"swiglu_limit\": 10.0,"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"routed_scaling_factor\": 2.0,"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"hidden_size\": 256,"), std::string::npos) << text;  // integers stay integers
+    const json::Value c = json::parse(text);
+    EXPECT_FALSE(c.find("swiglu_limit")->is_integer());
+    EXPECT_FALSE(c.find("routed_scaling_factor")->is_integer());
+    const MoeConfig r = read_moe_config(ModelDir(out), 1);
+    EXPECT_EQ(r.routed_scaling_factor, 2.0f);
+    EXPECT_EQ(r.swiglu_limit.value_or(0.0f), 10.0f);
+  }
+}
+
 TEST(ModelSave, TheHuggingFaceLayoutStaysTheDefault) {
   const FixtureModel model = test::make_fixture_model(5);
   ScratchDir d;

@@ -146,5 +146,16 @@ TEST(Json, DumpGoldenAndRefusesNonFinite) {
   EXPECT_ERROR_CONTAINS(json::dump(json::Value::number(NAN)), "non-finite");
 }
 
+TEST(Json, WholeFloatsKeepTheirDecimalPoint) {
+  // Typed readers (transformers' config classes) refuse 10 where a float is declared.
+  json::Value v = json::Value::array({json::Value::number(10.0), json::Value::number(-3.0), json::Value::number(0.0),
+                                      json::Value::number(1.5), json::Value::number(1e21), json::Value::integer(10)});
+  EXPECT_EQ(json::dump(v), "[10.0,-3.0,0.0,1.5,1e+21,10]");
+  const json::Value back = json::parse(json::dump(v));
+  EXPECT_FALSE(back.items()[0].is_integer());
+  EXPECT_TRUE(back.items()[5].is_integer());
+  EXPECT_EQ(json::dump(json::parse("{\"swiglu_limit\": 10.0}")), "{\"swiglu_limit\":10.0}");
+}
+
 }  // namespace
 }  // namespace nvfp4moe

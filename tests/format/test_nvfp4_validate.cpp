@@ -44,5 +44,25 @@ TEST(Nvfp4Validate, FirstBadByteIsLocated) {
   EXPECT_ERROR_CONTAINS(check_block_scales(s.data(), 4, 3, "w"), "byte 10 (row 3, block 1) is NaN (0x7f)");
 }
 
+TEST(Nvfp4Validate, FirstBadByteAcrossChunks) {
+  // The scan tests whole chunks first: a bad byte is found wherever it lies
+  // (either side of a chunk edge, the last byte of a ragged tail), and the
+  // earliest of several is the one reported.
+  const int64_t n = 3 * 4096 + 37;
+  for (int64_t at : {int64_t(0), int64_t(4095), int64_t(4096), int64_t(8191), n - 1}) {
+    for (uint8_t bad : {uint8_t(0x7F), uint8_t(0x80), uint8_t(0xFE), uint8_t(0xFF)}) {
+      SCOPED_TRACE("byte " + std::to_string(at) + " = " + std::to_string(bad));
+      std::vector<uint8_t> s(size_t(n), 0x7E);  // 448, the largest good byte
+      s[size_t(at)] = bad;
+      EXPECT_EQ(first_bad_block_scale(s.data(), n), at);
+      if (at + 5000 < n) s[size_t(at + 5000)] = 0xFF;
+      EXPECT_EQ(first_bad_block_scale(s.data(), n), at);
+    }
+  }
+  std::vector<uint8_t> clean(size_t(n), 0x7E);
+  EXPECT_EQ(first_bad_block_scale(clean.data(), n), -1);
+  EXPECT_EQ(first_bad_block_scale(clean.data(), 0), -1);
+}
+
 }  // namespace
 }  // namespace nvfp4moe

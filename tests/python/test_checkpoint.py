@@ -171,6 +171,71 @@ def test_deepseek_layout_round_trip_and_twin(tmp_path, rng):
         nvfp4moe.save_moe(str(tmp_path / "c"), 4, w, layout="hf")
 
 
+# The float keys of a saved config.json: transformers' DeepseekV4Config
+# declares them float and refuses an integer such as 10.
+_FLOAT_CONFIG_KEYS = ("routed_scaling_factor", "swiglu_limit")
+
+
+def _saved_whole_float_config(tmp_path, rng, layout):
+    cfg = make_config(64, 32, 8, 2, 1, rho=2.0, limit=10.0)
+    w = nvfp4moe._C.make_weights(cfg, **make_tensors(cfg, rng))
+    out = tmp_path / layout
+    nvfp4moe.save_moe(str(out), 1, w, layout=layout)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["huggingface", "deepseek"])
+def test_saved_config_writes_floats_as_floats(tmp_path, rng, layout):
+    out = _saved_whole_float_config(tmp_path, rng, layout)
+    text = (out / "config.json").read_text()
+    cfg = json.loads(text)
+    for key in _FLOAT_CONFIG_KEYS:
+        assert isinstance(cfg[key], float), f"{key}: {cfg[key]!r} in {text}"
+    assert '"swiglu_limit": 10.0' in text and '"routed_scaling_factor": 2.0' in text, text
+
+
+@pytest.mark.parametrize("layout", ["huggingface", "deepseek"])
+def test_saved_config_is_read_by_transformers(tmp_path, rng, layout):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DeepseekV4Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no DeepseekV4Config")
+    out = _saved_whole_float_config(tmp_path, rng, layout)
+    c = transformers.DeepseekV4Config.from_pretrained(str(out))
+    assert c.swiglu_limit == 10.0 and c.routed_scaling_factor == 2.0
+    assert (c.hidden_size, c.moe_intermediate_size, c.n_routed_experts, c.num_experts_per_tok) == (64, 32, 8, 2)
+
+
+def test_written_manifests_are_accepted_by_vllm(tmp_path, rng, cli):
+    """vLLM's ModelOptNvFp4Config takes what save_moe and quantize write: in
+    hf_quant_config.json it requires group_size, kv_cache_quant_algo and
+    exclude_modules; config.json's quantization_config (read first) must
+    carry the exclusions, and, the files holding no input_scale, a
+    weights-only config group (vLLM then runs W4A16)."""
+    modelopt = pytest.importorskip("vllm.model_executor.layers.quantization.modelopt")
+    import subprocess
+
+    _saved_layer(tmp_path / "saved", rng)
+    hq = json.loads((tmp_path / "saved" / "hf_quant_config.json").read_text())
+    c = modelopt.ModelOptNvFp4Config.from_config(hq)
+    assert c.kv_cache_quant_algo is None and c.group_size == 16
+    assert "model.layers.2.mlp.gate" in c.exclude_modules
+
+    src = tmp_path / "bf16"
+    src.mkdir()
+    w = {"model.layers.0.mlp.experts.0.gate_proj.weight": rng.standard_normal((32, 64)).astype(np.float32),
+         "model.layers.0.mlp.experts.0.up_proj.weight": rng.standard_normal((32, 64)).astype(np.float32),
+         "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((64, 64)).astype(np.float32)}
+    spec_ref.write_safetensors(src / "model.safetensors", w)
+    (src / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    subprocess.run([cli, "quantize", "--in", str(src), "--out", str(tmp_path / "q")], check=True)
+    hq = json.loads((tmp_path / "q" / "hf_quant_config.json").read_text())
+    assert modelopt.ModelOptNvFp4Config.from_config(hq).exclude_modules == ["model.layers.0.self_attn.q_proj"]
+    qc = json.loads((tmp_path / "q" / "config.json").read_text())["quantization_config"]
+    c = modelopt.ModelOptNvFp4Config.from_config(qc)
+    assert c.exclude_modules == ["model.layers.0.self_attn.q_proj"]
+    assert c.quant_method == "W4A16_NVFP4"
+
+
 def _e4m3_values(bytes_):
     return spec_ref.e4m3_value(bytes_).astype(np.float32)
 
