@@ -21,6 +21,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -37,6 +39,10 @@
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
+
+#ifdef NVFP4MOE_HAS_CUDA
+#include "cuda/backend/device_quantizer.hpp"
+#endif
 
 namespace nvfp4moe::cli {
 
@@ -134,9 +140,40 @@ std::optional<ParsedMoeName> expert_name(const std::string& name) {
 // experts.N matched by name too) the max weight amax in
 // preprocess_linear_fusion. Every other weight gets its own g. Pairs are
 // found across shards.
+// Where quantize's arithmetic runs: the host's quantize_matrix, or a GPU
+// (cuda/backend/device_quantizer.hpp) with the same bytes.
+struct Quantizer {
+  std::function<float(const TensorInfo&)> amax;
+  std::function<Nvfp4Matrix(const TensorInfo&, float)> quantize;
+};
+
+Nvfp4Matrix quantize_on_host(const TensorInfo& t, float g) {
+  const int64_t N = t.shape[0], K = t.shape[1];
+  if (t.dtype == DType::BF16) {
+    std::vector<Bf16> x(size_t(N * K));
+    std::memcpy(x.data(), t.data, t.nbytes);
+    return quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
+  }
+  std::vector<float> x = t.to_f32();
+  if (t.dtype == DType::F64) check_finite(x.data(), int64_t(x.size()), t.name.c_str());  // f32 overflow -> Inf
+  return quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
+}
+
+Quantizer make_quantizer(const std::string& device) {
+  if (device == "cpu") return {amax_of, quantize_on_host};
+#ifdef NVFP4MOE_HAS_CUDA
+  auto q = std::make_shared<cuda::DeviceQuantizer>(0);
+  return {[q](const TensorInfo& t) { return q->amax(t); },
+          [q](const TensorInfo& t, float g) { return q->quantize(t, g); }};
+#else
+  NVFP4_FAIL("--device cuda: this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
+#endif
+}
+
 class QuantizePlan {
  public:
-  QuantizePlan(const ModelDir& md, const Pattern& include) : md_(md), include_(include) {}
+  QuantizePlan(const ModelDir& md, const Pattern& include, const Quantizer& q)
+      : md_(md), include_(include), quantizer_(q) {}
 
   bool quantized(const TensorInfo& t) const {
     return include_.search(t.name) && t.shape.size() == 2 && is_float_dtype(t.dtype);
@@ -165,32 +202,24 @@ class QuantizePlan {
   }
   float amax(const TensorInfo& t) {
     auto it = amax_.find(t.name);
-    if (it == amax_.end()) it = amax_.emplace(t.name, amax_of(t)).first;
+    if (it == amax_.end()) it = amax_.emplace(t.name, quantizer_.amax(t)).first;
     return it->second;
   }
 
   const ModelDir& md_;
   const Pattern& include_;
+  const Quantizer& quantizer_;
   std::map<std::string, float> amax_;
 };
 
 // Quantizes one matched tensor under global scale g into the writer.
-void quantize_tensor(const TensorInfo& t, float g, SafetensorsWriter& w) {
+void quantize_tensor(const TensorInfo& t, float g, const Quantizer& q, SafetensorsWriter& w) {
   NVFP4_CHECK(ends_with_weight(t.name), "tensor \"", t.name, "\" matches --include but does not end in \".weight\"");
   const std::string prefix = t.name.substr(0, t.name.size() - 7);
   const int64_t N = t.shape[0], K = t.shape[1];
   NVFP4_CHECK(K % 16 == 0, "tensor \"", t.name, "\": K=", K, " (shape [", N, ", ", K,
               "]) is not a multiple of 16, cannot quantize to NVFP4");
-  Nvfp4Matrix m;
-  if (t.dtype == DType::BF16) {
-    std::vector<Bf16> x(size_t(N * K));
-    std::memcpy(x.data(), t.data, t.nbytes);
-    m = quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
-  } else {
-    std::vector<float> x = t.to_f32();
-    if (t.dtype == DType::F64) check_finite(x.data(), int64_t(x.size()), t.name.c_str());  // f32 overflow -> Inf
-    m = quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
-  }
+  Nvfp4Matrix m = q.quantize(t, g);
   Nvfp4Names n(prefix);
   w.add_owned(n.weight, DType::U8, {N, K / 2}, std::move(m.codes));
   w.add_owned(n.weight_scale, DType::F8E4M3, {N, K / 16}, std::move(m.scales));
@@ -234,7 +263,7 @@ std::string drop_quantization_config(const std::string& config_json) {
 
 void print_usage_quantize() {
   std::printf(
-      "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX]\n"
+      "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX] [--device cpu|cuda]\n"
       "  IN, OUT: both .safetensors files or both model directories (shards kept).\n"
       "  2-D floating tensors whose name REGEX matches anywhere become ModelOpt NVFP4\n"
       "  (weight, weight_scale, weight_scale_2) under the names they had; an expert's\n"
@@ -243,14 +272,17 @@ void print_usage_quantize() {
       "    Hugging Face: %s\n"
       "    DeepSeek:     %s\n"
       "  REGEX: literals, \\x for a non-alphanumeric x, \\d \\w \\s (\\D \\W \\S), ., [a-z] [^...],\n"
-      "  * + ?, |, ( ) and (?: ), ^ $ (an ECMAScript subset, matched in linear time).\n",
+      "  * + ?, |, ( ) and (?: ), ^ $ (an ECMAScript subset, matched in linear time).\n"
+      "  --device cuda: amaxes and quantization on the GPU (the same bytes as on the host); a\n"
+      "  progress bar on stderr when it is a terminal.\n",
       kDefaultIncludeHuggingFace, kDefaultIncludeDeepSeek);
 }
 
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  const Args args(argc, argv, {flag("help"), text("in"), text("out"), text("include")});
+  const Args args(argc, argv,
+                  {flag("help"), text("in"), text("out"), text("include"), choice("device", {"cpu", "cuda"})});
   if (args.has("help")) {
     print_usage_quantize();
     return 0;
@@ -262,7 +294,8 @@ int cmd_quantize(int argc, char** argv) {
   const ModelDir md(in);  // headers only; the layout decides the default pattern and the manifests
   const CheckpointLayout layout = md.layout();
   if (!include) include.emplace(default_include(layout), "--include");
-  QuantizePlan plan(md, *include);
+  const Quantizer quantizer = make_quantizer(args.get("device", "cpu"));
+  QuantizePlan plan(md, *include, quantizer);
 
   Progress progress("quantize");
   RewriteSpec spec;
@@ -270,7 +303,7 @@ int cmd_quantize(int argc, char** argv) {
     progress.set_total(src.tensors().size());
     for (const auto& t : src.tensors()) {
       if (plan.quantized(t)) {
-        quantize_tensor(t, plan.global_scale(t), w);
+        quantize_tensor(t, plan.global_scale(t), quantizer, w);
       } else {
         w.add(t.name, t.dtype, t.shape, t.data);
       }

@@ -89,6 +89,10 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream);
 // What callers that only want the bytes use: the fast kernel where it
 // applies, else quantize_activations_ref / requantize_rows_ref (the same bytes).
 void stage_activations(const QuantizeActArgs& a, cudaStream_t stream);
+
+// max |x| of n values (bf16 or f32) as FP32 bits into *amax_bits (device):
+// NaN wins over every number (the per-tensor scope's amax).
+void tensor_abs_max(const void* x, bool x_is_bf16, int64_t n, unsigned* amax_bits, cudaStream_t stream);
 void stage_requantized_rows(const RequantRowsArgs& a, cudaStream_t stream);
 
 }  // namespace nvfp4moe::cuda

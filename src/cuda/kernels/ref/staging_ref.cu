@@ -148,15 +148,17 @@ void quantize_activations_ref(const QuantizeActArgs& a, cudaStream_t stream) {
   const int64_t k = a.cols / kBlock, kp = round_up(k, 4);
   if (a.scales_swizzled)
     NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * kp), stream));
-  if (a.scope == ActScope::PerTensor) {
-    NVFP4_CUDA_CHECK(cudaMemsetAsync(a.amax_scratch, 0, sizeof(unsigned), stream));
-    const int64_t n = a.rows * a.cols;
-    const int blocks = int(std::min<int64_t>(1024, ceil_div(n, kThreads * 8)));
-    abs_max_kernel<<<blocks, kThreads, 0, stream>>>(a.x, a.x_is_bf16, n, a.amax_scratch);
-    NVFP4_CUDA_CHECK_LAUNCH("abs_max_kernel");
-  }
+  if (a.scope == ActScope::PerTensor) tensor_abs_max(a.x, a.x_is_bf16, a.rows * a.cols, a.amax_scratch, stream);
   quantize_act_ref_kernel<<<unsigned(a.rows), kThreads, 0, stream>>>(a, kp);
   NVFP4_CUDA_CHECK_LAUNCH("quantize_act_ref_kernel");
+}
+
+void tensor_abs_max(const void* x, bool x_is_bf16, int64_t n, unsigned* amax_bits, cudaStream_t stream) {
+  NVFP4_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
+  if (n == 0) return;
+  const int blocks = int(std::min<int64_t>(1024, ceil_div(n, kThreads * 8)));
+  abs_max_kernel<<<blocks, kThreads, 0, stream>>>(x, x_is_bf16, n, amax_bits);
+  NVFP4_CUDA_CHECK_LAUNCH("abs_max_kernel");
 }
 
 void requantize_rows_ref(const RequantRowsArgs& a, cudaStream_t stream) {
