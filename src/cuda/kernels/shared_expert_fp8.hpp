@@ -11,10 +11,11 @@
 //         the matching 8 up rows, so a lane holds gate and up of one
 //         (row, token) and writes h directly) x up to 64 tokens (the n side,
 //         8 per mma) x a range of 128-column K tiles;
-//   loop  per K tile: the tokens' 128 columns of x via cp.async into shared
-//         memory and each lane's 4 x 16 weight bytes (layout/fp8_fragment_layout:
-//         a warp's loads are contiguous 512-byte pieces) into registers, a
-//         ring of stages ahead of the math; the tile's partial sums are
+//   loop  per K tile: each lane's 4 x 16 weight bytes (layout/fp8_fragment_layout:
+//         a warp's loads are contiguous 512-byte pieces) into a register
+//         ring of stages ahead of the math, with x the same way from L1 up
+//         to 16 tokens, or beyond through a cp.async shared-memory ring for
+//         the CTA's 4 warps; the tile's partial sums are
 //         multiplied by the tile scales of the lane's two row groups and
 //         added (FP32);
 //   split when the rows x token tiles leave SMs idle (decode), the K tiles
