@@ -44,7 +44,10 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
   fileio::remove_all_quiet(stage);
   try {
     fileio::make_directories(stage);
-    json::Value weight_map = json::Value::object();
+    // The index's entries gathered as a list and made an object once: set()
+    // looks a key up first, which over a release's ~280,000 tensors would be
+    // quadratic (a tensor name is in one shard only: ModelDir refuses others).
+    std::vector<json::Value::Member> weight_map;
     uint64_t total = 0;
     for (const auto& shard : shards) {
       SafetensorsFile src(fileio::join(in, shard));
@@ -55,7 +58,7 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
       w.write(dst);
       SafetensorsFile written(dst);  // re-read: names for the index, and a check of what we wrote
       for (const auto& t : written.tensors()) {
-        weight_map.set(t.name, json::Value::string(shard));
+        weight_map.emplace_back(t.name, json::Value::string(shard));
         total += t.nbytes;
       }
     }
@@ -64,7 +67,7 @@ void rewrite_checkpoint(const std::string& in, const std::string& out, const Rew
       json::Value index = json::parse(fileio::read_file(index_path), index_path);
       json::Value md = index.find("metadata") ? *index.find("metadata") : json::Value::object();
       if (md.is_object()) md.set("total_size", json::Value::integer(int64_t(total)));
-      json::Value out_index = json::Value::object({{"metadata", std::move(md)}, {"weight_map", std::move(weight_map)}});
+      json::Value out_index = json::Value::object({{"metadata", std::move(md)}, {"weight_map", json::Value::object(std::move(weight_map))}});
       fileio::write_file_atomic(fileio::join(stage, "model.safetensors.index.json"), json::dump(out_index, 2) + "\n");
     }
     const std::string cfg = fileio::join(in, "config.json");
