@@ -6,6 +6,7 @@
 #include "support/test_util.hpp"  // EXPECT_ERROR_CONTAINS
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -20,6 +21,20 @@
 #include <vector>
 
 namespace nvfp4moe::test {
+
+// What a path is, symlinks not followed (is_fifo, is_link) or followed (is_char_device).
+inline bool is_fifo(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+inline bool is_link(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+inline bool is_char_device(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
 
 // A fresh directory under the test temp dir, removed at scope exit.
 class ScratchDir {

@@ -23,19 +23,10 @@ namespace {
 
 using test::read_bytes;
 using test::ScratchDir;
+using test::is_char_device;
+using test::is_link;
+using test::is_fifo;
 
-bool is_fifo(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
-}
-bool is_link(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
-bool is_char_device(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
-}
 std::string text(const std::string& p) {
   const std::vector<uint8_t> b = read_bytes(p);
   return std::string(b.begin(), b.end());

@@ -21,6 +21,8 @@ namespace {
 
 using test::read_bytes;
 using test::ScratchDir;
+using test::is_link;
+using test::is_fifo;
 
 struct ToolResult {
   int code = -1;
@@ -41,14 +43,6 @@ std::string text(const std::string& p) {
   return std::string(b.begin(), b.end());
 }
 
-bool is_fifo(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
-}
-bool is_link(const std::string& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
 
 void write_input(const std::string& path) {
   const std::vector<float> x(16 * 32, 0.5f);
