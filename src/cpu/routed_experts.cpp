@@ -72,7 +72,7 @@ void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t
 
 void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
                         const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
-                        const float* l2_static_g, float* o, int threads) {
+                        const float* l2_static_g, float* o, WorkerPool& pool) {
   const int64_t H = cfg.hidden, I = cfg.intermediate, E = w.count;
   NVFP4_CHECK(w.hidden == H && w.intermediate == I, "routed experts: weights are H=", w.hidden,
               " I=", w.intermediate, ", config H=", H, " I=", I);
@@ -82,7 +82,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   if (n_pairs == 0) return;
   const ExpertGroups groups = group_by_expert(pairs, n_pairs, E);
   const E2m1PairTable lut;
-  const int workers = thread_count(threads);
+  const int workers = pool.size();
   std::vector<Scratch> scratch(static_cast<size_t>(workers));
   for (auto& s : scratch) {
     s.tile.resize(size_t(kTileRows * std::max(H, I)));
@@ -92,7 +92,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   // 1. gate/up = a . W13^T, [pairs (sorted), 2I]: rows [0, I) gate, [I, 2I) up.
   std::vector<float> gateup(static_cast<size_t>(n_pairs * 2 * I));
   const std::vector<TileItem> l1_items = tile_items(groups, E, 2 * I);
-  run_items(int64_t(l1_items.size()), threads, [&](int64_t item, int worker) {
+  run_items(int64_t(l1_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l1_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
@@ -115,7 +115,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   const float limit = cfg.swiglu_limit.value_or(0.0f);
   std::vector<float> h_values(static_cast<size_t>(n_pairs * I)), h_g(static_cast<size_t>(n_pairs));
   const int64_t chunk = 8;
-  run_items((n_pairs + chunk - 1) / chunk, threads, [&](int64_t c, int) {
+  run_items((n_pairs + chunk - 1) / chunk, pool, [&](int64_t c, int) {
     std::vector<float> h(static_cast<size_t>(I));
     for (int64_t pos = c * chunk; pos < std::min(n_pairs, (c + 1) * chunk); ++pos) {
       const float* gu = gateup.data() + pos * 2 * I;
@@ -128,7 +128,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
 
   // 3. o = QDQ(h) . W2^T, [pairs, H], written at the ORIGINAL pair index.
   const std::vector<TileItem> l2_items = tile_items(groups, E, H);
-  run_items(int64_t(l2_items.size()), threads, [&](int64_t item, int worker) {
+  run_items(int64_t(l2_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l2_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
@@ -142,6 +142,13 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
           for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (h_g[size_t(pos)] * g_w);
         });
   });
+}
+
+void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
+                        const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
+                        const float* l2_static_g, float* o, int threads) {
+  WorkerPool pool(threads);
+  run_routed_experts(cfg, w, a_values, a_g, pairs, n_pairs, l2_static_g, o, pool);
 }
 
 }  // namespace nvfp4moe::cpu
