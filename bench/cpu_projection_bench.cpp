@@ -17,8 +17,7 @@
 #include <random>
 #include <vector>
 
-#include <immintrin.h>
-
+#include "cpu_read_bandwidth.hpp"
 #include "common/worker_pool.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_moe.hpp"
@@ -26,51 +25,11 @@
 #include "cpu/work_queue.hpp"
 
 using namespace nvfp4moe;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
 namespace {
 
 constexpr int64_t kTile = 16;  // weight rows per work item, as in the routed experts
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Sum of 64-bit words [b, e) with 256-bit loads where the CPU has AVX2 (a
-// scalar loop does not reach the memory bandwidth of a core).
-__attribute__((target("avx2"))) uint64_t read_words_avx2(const uint64_t* p, int64_t n) {
-  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-  for (int64_t i = 0; i + 16 <= n; i += 16)
-    for (int l = 0; l < 4; ++l)
-      acc[l] = _mm256_add_epi64(acc[l], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 4 * l)));
-  alignas(32) uint64_t v[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]),
-                                                                     _mm256_add_epi64(acc[2], acc[3])));
-  return v[0] + v[1] + v[2] + v[3];
-}
-uint64_t read_words(const uint64_t* p, int64_t n) {
-  if (__builtin_cpu_supports("avx2")) return read_words_avx2(p, n);
-  uint64_t s = 0;
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-
-// Read bandwidth of the pool's workers streaming disjoint parts of a buffer
-// larger than the caches (bytes / s, median of 5).
-double read_bandwidth(WorkerPool& pool, const std::vector<uint64_t>& buf) {
-  std::vector<double> t;
-  std::atomic<uint64_t> sink{0};
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    parallel_for(pool, int64_t(buf.size()), 1 << 16,
-                 [&](int64_t b, int64_t e) { sink += read_words(buf.data() + b, e - b); });
-    t.push_back(seconds_since(t0));
-  }
-  return double(buf.size() * 8) / median(t);
-}
 
 struct Matrix {
   std::vector<uint8_t> codes, scales;
@@ -86,7 +45,7 @@ int main(int argc, char** argv) {
 
   std::vector<uint64_t> bw_buf(size_t(copies_mb) << 17);
   for (auto& v : bw_buf) v = rng();
-  const double bw = read_bandwidth(pool, bw_buf);
+  const double bw = bench::read_bandwidth(pool, bw_buf);
   bw_buf = {};
   std::printf("cpu projection bench: %d threads, int-dot isa %s, fp32 isa %s, read bandwidth %.1f GB/s\n",
               pool.size(), cpu::int_dot_isa_name(cpu::int_dot_isa_best()), cpu::cpu_kernel_isa(), bw / 1e9);
@@ -151,9 +110,9 @@ int main(int argc, char** argv) {
               }
             }
           });
-          if (it > 0) t.push_back(seconds_since(t0));  // the first call warms the code and the pool
+          if (it > 0) t.push_back(bench::seconds_since(t0));  // the first call warms the code and the pool
         }
-        const double us = median(t) * 1e6, floor_us = double(bytes) / bw * 1e6;
+        const double us = bench::median(t) * 1e6, floor_us = double(bytes) / bw * 1e6;
         std::printf("%4lld x %-4lld %5lld %-6s %10.0f %10.0f %8.2f\n", (long long)N, (long long)K, (long long)T,
                     int_path ? "int" : "fp32", us, floor_us, us / floor_us);
       }
