@@ -6,6 +6,11 @@
 // routing is close to uniform, as with trained DeepSeek routers under load
 // balancing.
 //
+// Per T it prints the memory floor: bytes of the touched experts (codes and
+// scales of W13 and W2), the shared expert and the router gate over the read
+// bandwidth measured in the same run on the same number of threads, and the
+// forward's wall time as a multiple of it.
+//
 // Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_cpu_bench.
 // Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads]
 #include <chrono>
@@ -16,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_read_bandwidth.hpp"
 #include "nvfp4moe/moe.hpp"
 
 using namespace nvfp4moe;
@@ -66,9 +72,20 @@ int main(int argc, char** argv) {
   o.threads = threads;
   Moe moe(std::move(w), o);
 
-  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s threads\n", model.c_str(), (long long)H, (long long)I,
-              (long long)E, (long long)c.top_k, threads ? std::to_string(threads).c_str() : "all");
-  std::printf("%8s %8s %12s %12s %10s\n", "tokens", "experts", "wall ms", "cpu ms", "tokens/s");
+  double bw = 0;
+  {
+    WorkerPool pool(threads);
+    std::vector<uint64_t> buf(size_t(1) << 27);  // 1 GiB
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    bw = bench::read_bandwidth(pool, buf);
+  }
+  const double expert_bytes = double(3 * I * H / 2 + 3 * I * H / 16);
+  const double fixed_bytes = double(3 * Is * H * 2 + E * H * 4);  // BF16 shared expert, FP32 gate
+  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s threads, read bandwidth %.1f GB/s\n", model.c_str(),
+              (long long)H, (long long)I, (long long)E, (long long)c.top_k,
+              threads ? std::to_string(threads).c_str() : "all", bw / 1e9);
+  std::printf("%8s %8s %12s %12s %10s %10s %8s\n", "tokens", "experts", "wall ms", "cpu ms", "tokens/s", "floor ms",
+              "x floor");
   for (const int64_t T : tokens) {
     std::vector<float> in(size_t(T * H));
     for (auto& v : in) v = float(int(rng() % 2001) - 1000) * 1e-3f;
@@ -77,14 +94,19 @@ int main(int argc, char** argv) {
     for (int32_t id : ids) hit[size_t(id)] = true;
     int64_t experts = 0;
     for (bool h : hit) experts += h;
-    const int iters = T <= 16 ? 5 : 2;
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::clock_t c0 = std::clock();
-    for (int i = 0; i < iters; ++i) moe.forward_host({.x = in, .tokens = T});
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-    const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC / iters;
-    std::printf("%8lld %8lld %12.1f %12.1f %10.1f\n", (long long)T, (long long)experts, wall * 1e3, cpu * 1e3,
-                double(T) / wall);
+    const int iters = T <= 16 ? 7 : 3;
+    std::vector<double> walls, cpus;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = bench::Clock::now();
+      const std::clock_t c0 = std::clock();
+      moe.forward_host({.x = in, .tokens = T});
+      walls.push_back(bench::seconds_since(t0));
+      cpus.push_back(double(std::clock() - c0) / CLOCKS_PER_SEC);
+    }
+    const double wall = bench::median(walls), cpu = bench::median(cpus);  // medians
+    const double floor_s = (double(experts) * expert_bytes + fixed_bytes) / bw;
+    std::printf("%8lld %8lld %12.1f %12.1f %10.1f %10.2f %8.2f\n", (long long)T, (long long)experts, wall * 1e3,
+                cpu * 1e3, double(T) / wall, floor_s * 1e3, wall / floor_s);
   }
   return 0;
 }

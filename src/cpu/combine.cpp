@@ -4,22 +4,26 @@
 // R ranks give the same bits as one.
 #include <cmath>
 
-#include "common/parallel.hpp"
 #include "cpu/cpu_moe.hpp"
 
 namespace nvfp4moe::cpu {
 
-void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden) {
-  parallel_for(n_pairs, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden)),
+void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden, WorkerPool& pool) {
+  parallel_for(pool, n_pairs, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden)),
                [&](int64_t p0, int64_t p1) {
                  for (int64_t p = p0; p < p1; ++p)
                    for (int64_t i = 0; i < hidden; ++i) o[p * hidden + i] *= w[p];
                });
 }
 
+void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden) {
+  WorkerPool pool(0);
+  weight_rows(o, w, n_pairs, hidden, pool);
+}
+
 void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t tokens, int64_t k,
-                    int64_t hidden, const float* shared, Bf16* y, int threads) {
-  parallel_for(tokens, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden * k)),
+                    int64_t hidden, const float* shared, Bf16* y, WorkerPool& pool) {
+  parallel_for(pool, tokens, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden * k)),
                [&](int64_t t0, int64_t t1) {
                  std::vector<float> acc(static_cast<size_t>(hidden));
                  for (int64_t t = t0; t < t1; ++t) {
@@ -34,8 +38,13 @@ void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t t
                      for (int64_t i = 0; i < hidden; ++i) acc[size_t(i)] += shared[t * hidden + i];
                    for (int64_t i = 0; i < hidden; ++i) y[t * hidden + i] = bf16_from_float(acc[size_t(i)]);
                  }
-               },
-               threads);
+               });
+}
+
+void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t tokens, int64_t k,
+                    int64_t hidden, const float* shared, Bf16* y, int threads) {
+  WorkerPool pool(threads);
+  combine_tokens(contrib, pair_of_slot, tokens, k, hidden, shared, y, pool);
 }
 
 }  // namespace nvfp4moe::cpu

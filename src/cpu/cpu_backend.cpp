@@ -15,7 +15,7 @@ namespace cpu {
 
 class CpuBackend final : public MoeBackendImpl {
  public:
-  CpuBackend(MoeWeights w, const MoeOptions& options) : w_(std::move(w)), threads_(options.threads) {
+  CpuBackend(MoeWeights w, const MoeOptions& options) : w_(std::move(w)), pool_(options.threads) {
     const MoeConfig& c = w_.config;
     NVFP4_CHECK(w_.experts.count == c.experts && w_.experts.first_expert == 0,
                 "cpu backend: expects all E=", c.experts, " experts, got count=", w_.experts.count,
@@ -41,7 +41,7 @@ class CpuBackend final : public MoeBackendImpl {
 
     // Routing: caller's (checked before any work) or the router's.
     const std::vector<float> xf = values_f32(x);
-    const Routing r = forward_routing(c, w_.router, routing, a.caller_routing, xf.data(), {0, T}, threads_);
+    const Routing r = forward_routing(c, w_.router, routing, a.caller_routing, xf.data(), {0, T}, pool_);
     forward_routed(xf.data(), T, r.ids.data(), r.weights.data(), out.y.ptr<Bf16>());
     if (a.want_ids) std::copy(r.ids.begin(), r.ids.end(), out.topk_ids.ptr<int32_t>());
     if (a.want_weights) std::copy(r.weights.begin(), r.weights.end(), out.topk_weights.ptr<float>());
@@ -85,19 +85,18 @@ class CpuBackend final : public MoeBackendImpl {
     std::vector<float> o(pairs.size() * size_t(H));
     run_routed_experts(c, w_.experts, a_values.data(), a_g.data(), pairs.data(), int64_t(pairs.size()),
                        c.l2_input == InputScaleMode::Static ? w_.experts.w2_input_scale.data() : nullptr,
-                       o.data(), threads_);
-    weight_rows(o.data(), pair_w.data(), int64_t(pairs.size()), H);
+                       o.data(), pool_);
+    weight_rows(o.data(), pair_w.data(), int64_t(pairs.size()), H, pool_);
     std::vector<float> shared;
     if (c.shared_experts > 0) {
       shared.resize(size_t(T * H));
-      run_shared_expert(c, w_.shared, x, T, shared.data(), threads_);
+      run_shared_expert(c, w_.shared, x, T, shared.data(), pool_);
     }
-    combine_tokens(o.data(), pair_of_slot.data(), T, k, H, shared.empty() ? nullptr : shared.data(), y,
-                   threads_);
+    combine_tokens(o.data(), pair_of_slot.data(), T, k, H, shared.empty() ? nullptr : shared.data(), y, pool_);
   }
 
   MoeWeights w_;
-  int threads_ = 0;
+  WorkerPool pool_;  // every parallel stage of every forward runs on these threads
   float l1_static_g_ = 0.0f;
 };
 

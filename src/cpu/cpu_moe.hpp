@@ -7,11 +7,14 @@
 //   shared_expert.cpp   x -> shared(x)                           [T, H]
 //   combine.cpp         y_t = sum_j w_j o_j + shared(x_t) -> BF16
 // The expert-parallel emulation (src/ep/) calls the same stages per rank.
+// Each parallel stage runs on a WorkerPool (the backend owns one for its
+// lifetime); the overloads taking `int threads` start a pool for the call.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "common/worker_pool.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::cpu {
@@ -22,6 +25,8 @@ namespace nvfp4moe::cpu {
 // hash-routed layer (token_ids required then; an id outside [0, vocab) throws
 // naming the token and the id). Writes GLOBAL ids and weights [T, k]. The
 // math is src/moe/router_math.hpp, shared with the CUDA router.
+void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float* x, int64_t tokens,
+                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, WorkerPool& pool);
 void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float* x, int64_t tokens,
                   const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads);
 
@@ -36,6 +41,8 @@ struct Routing {
   std::vector<int32_t> ids;   // [T, k]
   std::vector<float> weights;  // [T, k]
 };
+Routing forward_routing(const MoeConfig& cfg, const RouterWeights& router, const RoutingArgs& routing,
+                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, WorkerPool& pool);
 Routing forward_routing(const MoeConfig& cfg, const RouterWeights& router, const RoutingArgs& routing,
                         bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads);
 
@@ -96,11 +103,16 @@ ExpertGroups group_by_expert(const ExpertPair* pairs, int64_t n, int64_t experts
 // dynamic per-(token, expert) scales. Writes o [n_pairs, H], every element.
 void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
                         const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
+                        const float* l2_static_g, float* o, WorkerPool& pool);
+void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
+                        const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
                         const float* l2_static_g, float* o, int threads);
 
 // ---- shared expert --------------------------------------------------------------
 // out [T, H] = W2s . swiglu(W1s x, W3s x), FP32 math on x (unquantized); BF16
 // or block-scaled FP8 weights (SharedExpertWeights::format), validated first.
+void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
+                       float* out, WorkerPool& pool);
 void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
                        float* out, int threads);
 
@@ -109,9 +121,12 @@ void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const
 // order; a slot with pair -1 contributes nothing; shared may be nullptr.
 // contrib rows are already weighted (w_j * o_j), as the owner rank sends them.
 void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t tokens, int64_t k,
+                    int64_t hidden, const float* shared, Bf16* y, WorkerPool& pool);
+void combine_tokens(const float* contrib, const int64_t* pair_of_slot, int64_t tokens, int64_t k,
                     int64_t hidden, const float* shared, Bf16* y, int threads);
 
 // The routed experts' weighting: contrib[p] = w_p * o[p] (FP32 product).
+void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden, WorkerPool& pool);
 void weight_rows(float* o, const float* w, int64_t n_pairs, int64_t hidden);
 
 }  // namespace nvfp4moe::cpu

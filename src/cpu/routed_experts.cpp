@@ -12,6 +12,7 @@
 
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/cpu_moe.hpp"
+#include "cpu/nvfp4_int_dot.hpp"
 #include "cpu/work_queue.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -44,35 +45,76 @@ struct Scratch {
 
 // One tile item of a grouped NVFP4 GEMM: weight rows `codes` / `scales`
 // (n rows of K columns) times every position in [begin, end) of their
-// expert's group, act(pos) giving a position's activation row; emit(pos, d)
-// receives the position's n dot products. Few positions: the rows are
-// dequantized inside the dots; more: once into the tile.
-// MXFP4 tiles are always dequantized once into the tile (exact values, no
-// global scale) and the dots read them.
-template <typename Act, typename Emit>
+// expert's group, act(pos) giving a position's activation row and
+// packed(pos) its integer form (nullptr: none); emit(pos, d) receives the
+// position's n dot products.
+//   NVFP4 activations (packed): exact integer dots, up to kIntDotTokens
+//     tokens per pass over the tile's codes (nvfp4_int_dot.hpp).
+//   Other activations, few positions: rows dequantized inside the FP32 dots;
+//     more: dequantized once into the tile. MXFP4 tiles are always
+//     dequantized once (exact values, no global scale).
+// A token's result never depends on the other positions of its group.
+template <typename Act, typename Packed, typename Emit>
 void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t* codes, const uint8_t* scales,
-                    int64_t n, int64_t K, int64_t begin, int64_t end, Scratch& s, Act&& act, Emit&& emit) {
+                    int64_t n, int64_t K, int64_t begin, int64_t end, Scratch& s, Act&& act, Packed&& packed,
+                    Emit&& emit) {
   const bool mx = format == ExpertFormat::Mxfp4;
-  const bool fused = !mx && end - begin <= kDotTokens;
+  // Positions without a packed row (none on the NVFP4 path but rows that did
+  // not pack) go through the FP32 path below, one by one.
+  int64_t float_positions = end - begin;
+  if (!mx) {
+    float_positions = 0;
+    IntActRow rows[kIntDotTokens];
+    int64_t pos_of[kIntDotTokens];
+    int m = 0;
+    auto flush = [&] {
+      if (m == 0) return;
+      int_dot_rows_tokens(lut, rows, m, codes, scales, n, K, s.dots.data(), kTileRows);
+      for (int t = 0; t < m; ++t) emit(pos_of[t], s.dots.data() + t * kTileRows);
+      m = 0;
+    };
+    for (int64_t pos = begin; pos < end; ++pos) {
+      const IntActRow* p = packed(pos);
+      if (!p) {
+        ++float_positions;
+        continue;
+      }
+      rows[m] = *p;
+      pos_of[m++] = pos;
+      if (m == kIntDotTokens) flush();
+    }
+    flush();
+    if (float_positions == 0) return;
+  }
+  const bool fused = !mx && float_positions <= kDotTokens;
   if (mx) dequant_mxfp4_rows_ref(lut, codes, scales, n, K, s.tile.data());
   else if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, s.tile.data());
-  for (int64_t pos0 = begin; pos0 < end; pos0 += kDotTokens) {
-    const int m = int(std::min<int64_t>(kDotTokens, end - pos0));
-    const float* a[kDotTokens];
-    for (int t = 0; t < m; ++t) a[t] = act(pos0 + t);
+  const float* a[kDotTokens];
+  int64_t pos_of[kDotTokens];
+  int m = 0;
+  auto flush = [&] {
+    if (m == 0) return;
     if (fused)
       nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, K, s.dots.data(), kTileRows, s.tile.data());
     else
       dot_rows_tokens(a, m, s.tile.data(), n, K, s.dots.data(), kTileRows);
-    for (int t = 0; t < m; ++t) emit(pos0 + t, s.dots.data() + t * kTileRows);
+    for (int t = 0; t < m; ++t) emit(pos_of[t], s.dots.data() + t * kTileRows);
+    m = 0;
+  };
+  for (int64_t pos = begin; pos < end; ++pos) {
+    if (!mx && packed(pos)) continue;
+    a[m] = act(pos);
+    pos_of[m++] = pos;
+    if (m == kDotTokens) flush();
   }
+  flush();
 }
 
 }  // namespace
 
 void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
                         const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
-                        const float* l2_static_g, float* o, int threads) {
+                        const float* l2_static_g, float* o, WorkerPool& pool) {
   const int64_t H = cfg.hidden, I = cfg.intermediate, E = w.count;
   NVFP4_CHECK(w.hidden == H && w.intermediate == I, "routed experts: weights are H=", w.hidden,
               " I=", w.intermediate, ", config H=", H, " I=", I);
@@ -82,17 +124,30 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   if (n_pairs == 0) return;
   const ExpertGroups groups = group_by_expert(pairs, n_pairs, E);
   const E2m1PairTable lut;
-  const int workers = thread_count(threads);
+  const int workers = pool.size();
   std::vector<Scratch> scratch(static_cast<size_t>(workers));
+  std::vector<IntActRow> rowbuf(static_cast<size_t>(workers));  // packed(pos)'s answer, per worker
   for (auto& s : scratch) {
     s.tile.resize(size_t(kTileRows * std::max(H, I)));
-    s.dots.resize(size_t(kTileRows * kDotTokens));
+    s.dots.resize(size_t(kTileRows * std::max(kDotTokens, kIntDotTokens)));
+  }
+
+  // NVFP4 activations with NVFP4 weights take the exact integer dots: the
+  // activation rows are packed once (x per token, h per pair).
+  const bool int_path = !mx && cfg.activation == ActivationMode::Nvfp4;
+  IntActRows a_packed, h_packed;
+  if (int_path) {
+    int64_t rows = 0;
+    for (int64_t p = 0; p < n_pairs; ++p) rows = std::max<int64_t>(rows, int64_t(pairs[p].row) + 1);
+    a_packed.resize(rows, H);
+    h_packed.resize(n_pairs, I);
+    run_items(rows, pool, [&](int64_t r, int) { pack_int_act_row(a_values + r * H, H, a_packed, r); });
   }
 
   // 1. gate/up = a . W13^T, [pairs (sorted), 2I]: rows [0, I) gate, [I, 2I) up.
   std::vector<float> gateup(static_cast<size_t>(n_pairs * 2 * I));
   const std::vector<TileItem> l1_items = tile_items(groups, E, 2 * I);
-  run_items(int64_t(l1_items.size()), threads, [&](int64_t item, int worker) {
+  run_items(int64_t(l1_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l1_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
@@ -101,6 +156,12 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     tile_item_dots(
         lut, w.format, codes, scales, n, H, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
         [&](int64_t pos) { return a_values + int64_t(pairs[groups.pair[size_t(pos)]].row) * H; },
+        [&](int64_t pos) -> const IntActRow* {
+          const int64_t row = pairs[groups.pair[size_t(pos)]].row;
+          if (!int_path || !a_packed.exact[size_t(row)]) return nullptr;
+          rowbuf[worker] = a_packed.row(row);
+          return &rowbuf[worker];
+        },
         [&](int64_t pos, const float* d) {
           const int64_t row = pairs[groups.pair[size_t(pos)]].row;
           float* out = gateup.data() + pos * 2 * I + it.row0;
@@ -115,7 +176,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   const float limit = cfg.swiglu_limit.value_or(0.0f);
   std::vector<float> h_values(static_cast<size_t>(n_pairs * I)), h_g(static_cast<size_t>(n_pairs));
   const int64_t chunk = 8;
-  run_items((n_pairs + chunk - 1) / chunk, threads, [&](int64_t c, int) {
+  run_items((n_pairs + chunk - 1) / chunk, pool, [&](int64_t c, int) {
     std::vector<float> h(static_cast<size_t>(I));
     for (int64_t pos = c * chunk; pos < std::min(n_pairs, (c + 1) * chunk); ++pos) {
       const float* gu = gateup.data() + pos * 2 * I;
@@ -123,12 +184,13 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
       const int64_t e = pairs[groups.pair[size_t(pos)]].expert;
       stage_activation_rows(cfg.activation, h.data(), 1, I, l2_static_g ? l2_static_g + e : nullptr, 0,
                             h_values.data() + pos * I, h_g.data() + pos);
+      if (int_path) pack_int_act_row(h_values.data() + pos * I, I, h_packed, pos);
     }
   });
 
   // 3. o = QDQ(h) . W2^T, [pairs, H], written at the ORIGINAL pair index.
   const std::vector<TileItem> l2_items = tile_items(groups, E, H);
-  run_items(int64_t(l2_items.size()), threads, [&](int64_t item, int worker) {
+  run_items(int64_t(l2_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l2_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
@@ -137,11 +199,23 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
     tile_item_dots(
         lut, w.format, codes, scales, n, I, groups.offsets[size_t(e)], groups.offsets[size_t(e + 1)], scratch[size_t(worker)],
         [&](int64_t pos) { return h_values.data() + pos * I; },
+        [&](int64_t pos) -> const IntActRow* {
+          if (!int_path || !h_packed.exact[size_t(pos)]) return nullptr;
+          rowbuf[worker] = h_packed.row(pos);
+          return &rowbuf[worker];
+        },
         [&](int64_t pos, const float* d) {
           float* out = o + int64_t(groups.pair[size_t(pos)]) * H + it.row0;
           for (int64_t r = 0; r < n; ++r) out[r] = d[r] * (h_g[size_t(pos)] * g_w);
         });
   });
+}
+
+void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const float* a_values,
+                        const float* a_g, const ExpertPair* pairs, int64_t n_pairs,
+                        const float* l2_static_g, float* o, int threads) {
+  WorkerPool pool(threads);
+  run_routed_experts(cfg, w, a_values, a_g, pairs, n_pairs, l2_static_g, o, pool);
 }
 
 }  // namespace nvfp4moe::cpu

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include "common/parallel.hpp"
 #include "cpu/cpu_moe.hpp"
 #include "moe/router_math.hpp"
 #include "nvfp4moe/error.hpp"
@@ -76,7 +75,7 @@ void route_hashed(const MoeConfig& cfg, const RouterWeights& r, const float* x, 
 }  // namespace
 
 void route_tokens(const MoeConfig& cfg, const RouterWeights& r, const float* x, int64_t tokens,
-                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads) {
+                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, WorkerPool& pool) {
   const int64_t E = cfg.experts, H = cfg.hidden, k = cfg.top_k;
   NVFP4_CHECK(k <= 64, "router: top_k ", k, " above the supported 64");
   NVFP4_CHECK(int64_t(r.gate.size()) == E * H, "router: no gate weight [E, H] = [", E, ", ", H,
@@ -88,7 +87,7 @@ void route_tokens(const MoeConfig& cfg, const RouterWeights& r, const float* x, 
                   token_ids[t], " outside [0, vocab=", r.vocab, ")");
   }
   // ~E*H*2 flops per token: a token is worth a thread start past ~8 tokens.
-  parallel_for(tokens, std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, E * H)),
+  parallel_for(pool, tokens, std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, E * H)),
                [&](int64_t t0, int64_t t1) {
                  std::vector<float> logits(static_cast<size_t>(E)), scores(static_cast<size_t>(E));
                  for (int64_t t = t0; t < t1; ++t) {
@@ -99,8 +98,13 @@ void route_tokens(const MoeConfig& cfg, const RouterWeights& r, const float* x, 
                      route_scored(cfg, r, x + t * H, logits.data(), scores.data(), topk_ids + t * k,
                                   topk_weights + t * k);
                  }
-               },
-               threads);
+               });
+}
+
+void route_tokens(const MoeConfig& cfg, const RouterWeights& r, const float* x, int64_t tokens,
+                  const int64_t* token_ids, int32_t* topk_ids, float* topk_weights, int threads) {
+  WorkerPool pool(threads);
+  route_tokens(cfg, r, x, tokens, token_ids, topk_ids, topk_weights, pool);
 }
 
 }  // namespace nvfp4moe::cpu

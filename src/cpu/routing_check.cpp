@@ -27,7 +27,7 @@ void check_topk_ids(const int64_t* ids, int64_t tokens, int64_t k, int64_t exper
 }
 
 Routing forward_routing(const MoeConfig& c, const RouterWeights& router, const RoutingArgs& routing,
-                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads) {
+                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, WorkerPool& pool) {
   const int64_t T = chunks.back(), H = c.hidden, k = c.top_k;
   Routing r;
   if (caller_routing) {
@@ -47,9 +47,15 @@ Routing forward_routing(const MoeConfig& c, const RouterWeights& router, const R
   for (size_t i = 0; i + 1 < chunks.size(); ++i) {
     const int64_t b = chunks[i], e = chunks[i + 1];
     route_tokens(c, router, x + b * H, e - b, token_ids.empty() ? nullptr : token_ids.data() + b,
-                 r.ids.data() + b * k, r.weights.data() + b * k, threads);
+                 r.ids.data() + b * k, r.weights.data() + b * k, pool);
   }
   return r;
+}
+
+Routing forward_routing(const MoeConfig& c, const RouterWeights& router, const RoutingArgs& routing,
+                        bool caller_routing, const float* x, const std::vector<int64_t>& chunks, int threads) {
+  WorkerPool pool(caller_routing ? 1 : threads);  // caller routing runs no parallel stage
+  return forward_routing(c, router, routing, caller_routing, x, chunks, pool);
 }
 
 }  // namespace nvfp4moe::cpu

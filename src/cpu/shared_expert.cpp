@@ -45,10 +45,10 @@ void widen_rows(const E2m1PairTable& lut, const WeightRows& w, int64_t n0, int64
 // out[t, n] = dot(in[t], W[n]) for all t and n, one tile of rows widened at a
 // time and reused across all tokens.
 void weight_gemm(const float* in, int64_t tokens, const WeightRows& W, int64_t N, int64_t K, float* out,
-                 int64_t ldo, int threads) {
+                 int64_t ldo, WorkerPool& pool) {
   static const E2m1PairTable lut;
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
-  run_items(tiles, threads, [&](int64_t tile, int) {
+  run_items(tiles, pool, [&](int64_t tile, int) {
     const int64_t n0 = tile * kTileRows, n = std::min(kTileRows, N - n0);
     std::vector<float> wt(static_cast<size_t>(n * K));
     // BF16 and few tokens: widen inside the dots; else widen the tile once.
@@ -69,7 +69,7 @@ void weight_gemm(const float* in, int64_t tokens, const WeightRows& W, int64_t N
 }  // namespace
 
 void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
-                       float* out, int threads) {
+                       float* out, WorkerPool& pool) {
   const int64_t H = cfg.hidden, Is = cfg.shared_inter();
   s.validate(H, Is);
   if (tokens == 0) return;
@@ -78,12 +78,18 @@ void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const
     return fp8 ? WeightRows{nullptr, q.data(), sc.data()} : WeightRows{b.data(), nullptr, nullptr};
   };
   std::vector<float> gate(static_cast<size_t>(tokens * Is)), up(static_cast<size_t>(tokens * Is));
-  weight_gemm(x, tokens, rows(s.w1, s.w1_fp8, s.w1_scale), Is, H, gate.data(), Is, threads);
-  weight_gemm(x, tokens, rows(s.w3, s.w3_fp8, s.w3_scale), Is, H, up.data(), Is, threads);
+  weight_gemm(x, tokens, rows(s.w1, s.w1_fp8, s.w1_scale), Is, H, gate.data(), Is, pool);
+  weight_gemm(x, tokens, rows(s.w3, s.w3_fp8, s.w3_scale), Is, H, up.data(), Is, pool);
   const bool has_limit = cfg.swiglu_limit.has_value();
   const float limit = cfg.swiglu_limit.value_or(0.0f);
   for (int64_t i = 0; i < tokens * Is; ++i) gate[size_t(i)] = swiglu(gate[size_t(i)], up[size_t(i)], has_limit, limit);
-  weight_gemm(gate.data(), tokens, rows(s.w2, s.w2_fp8, s.w2_scale), H, Is, out, H, threads);
+  weight_gemm(gate.data(), tokens, rows(s.w2, s.w2_fp8, s.w2_scale), H, Is, out, H, pool);
+}
+
+void run_shared_expert(const MoeConfig& cfg, const SharedExpertWeights& s, const float* x, int64_t tokens,
+                       float* out, int threads) {
+  WorkerPool pool(threads);
+  run_shared_expert(cfg, s, x, tokens, out, pool);
 }
 
 }  // namespace nvfp4moe::cpu

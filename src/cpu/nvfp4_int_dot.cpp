@@ -1,0 +1,306 @@
+// SIMD versions of the exact integer NVFP4 x NVFP4 dots (contract and scalar
+// definition: nvfp4_int_dot.hpp), and the activation packing.
+//
+// NOTES: per 128-element chunk and weight row, AVX-512 decodes 64 code bytes
+// with two vpshufb (nibble -> iw + 12 as an unsigned byte), then per token
+// two vpdpbusd (u8 x s8, 4 products per int32 lane) give the 16 exact
+// half-block sums; one convert, one multiply by the weight's lane scales and
+// one FMA by the activation's lane scales add them to the FP32 lanes. The
+// weight's 8 UE4M3 scale bytes become 16 lane floats through FP16: the byte
+// shifted into an FP16 pattern is e4m3 / 256 exactly (subnormals included),
+// so one vcvtph2ps replaces a table lookup; 0x7F / 0xFF are patched to NaN.
+// Decoded weights stay in registers for up to 8 tokens (AVX2: 4), so a
+// 16-row tile's codes are read from memory once per group of tokens.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cpu/nvfp4_int_dot.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12's AVX-512 headers self-initialise undefined vectors (`__Y = __Y`)
+// and warn about it where they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define NVFP4_INT_X86 1
+#endif
+
+namespace nvfp4moe::cpu {
+
+bool pack_int_act_row(const float* v, int64_t K, IntActRows& rows, int64_t r) {
+  int8_t* q = rows.q.data() + r * rows.chunks * kIntChunk;
+  float* scale = rows.scale.data() + r * rows.chunks * kIntLanes;
+  int32_t* bias = rows.bias.data() + r * rows.chunks * kIntLanes;
+  static constexpr int kCandidates[] = {12, 8, 6, 4, 3, 2, 1};  // |ia| of the block's largest element
+  for (int64_t b0 = 0; b0 < K; b0 += 16) {
+    const float* x = v + b0;
+    float m = 0.0f;
+    bool nan = false;
+    for (int i = 0; i < 16; ++i) {
+      if (std::isinf(x[i])) return false;
+      nan |= std::isnan(x[i]);
+      m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
+    }
+    int ia[16] = {};
+    float sigma = 0.0f;
+    if (nan) {
+      sigma = NAN;
+    } else if (m > 0.0f) {
+      bool found = false;
+      for (int c : kCandidates) {
+        sigma = m / float(c);
+        uint32_t bits;
+        std::memcpy(&bits, &sigma, 4);
+        if ((bits & 0x7FFFu) != 0 || !(sigma >= 0x1p-100f && sigma <= 0x1p64f)) continue;  // <= 8 significant bits
+        bool ok = true;
+        for (int i = 0; i < 16 && ok; ++i) {
+          const float n = std::nearbyint(x[i] / sigma);
+          ok = std::fabs(n) <= 12.0f && std::fma(n, sigma, -x[i]) == 0.0f;
+          ia[i] = int(n);
+        }
+        if (ok) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) return false;
+    }
+    for (int i = 0; i < 16; ++i) {
+      const int64_t e = b0 + i, c = e / kIntChunk, j = e % kIntChunk;
+      q[c * kIntChunk + (j & 1) * 64 + j / 2] = int8_t(ia[i]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t e0 = b0 + 8 * h, lane = (e0 / kIntChunk) * kIntLanes + (e0 % kIntChunk) / 8;
+      int32_t s = 0;
+      for (int i = 0; i < 8; ++i) s += ia[8 * h + i];
+      bias[lane] = -kIntWeightBias * s;
+      scale[lane] = 128.0f * sigma;
+    }
+  }
+  rows.exact[size_t(r)] = 1;
+  return true;
+}
+
+namespace {
+
+#ifdef NVFP4_INT_X86
+bool has_avx512_vnni() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return yes;
+}
+bool has_avx2_f16c() {
+  static const bool yes =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+#define NVFP4_AVX512_INT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+#define NVFP4_AVX2_INT __attribute__((target("avx2,fma,f16c")))
+
+// 8 UE4M3 bytes -> 16 lane floats e4m3(b_{l/2}) / 256.
+NVFP4_AVX512_INT inline __m512 lane_scales_avx512(__m128i bytes8) {
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(bytes8, bytes8));  // sign to bits 8..15
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(short(0xBFFF)));
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                               _mm256_set1_epi16(0x3F80));
+  h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7C00)));
+  return _mm512_cvtph_ps(h);
+}
+
+// The pairwise lane sum of the contract: l + 8, l + 4, l + 2, l + 1.
+NVFP4_AVX512_INT inline float lane_sum_avx512(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+// M tokens x R weight rows per pass.
+template <int M, int R>
+NVFP4_AVX512_INT void int_dot_avx512(const IntWeightTable& wt, const IntActRow* a, const uint8_t* codes,
+                                     const uint8_t* scales, int64_t r0, int64_t K, float* out, int64_t ldo) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wt.u)));
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const int64_t chunks = int_chunks(K), full = K / kIntChunk;
+  const __mmask64 code_mask = (uint64_t(1) << ((K % kIntChunk) / 2)) - 1;  // tail chunk: < 64 bytes
+  const __mmask16 scale_mask = __mmask16((1u << ((K % kIntChunk) / 16)) - 1);
+  __m512 acc[M][R];
+  for (int t = 0; t < M; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512i wl[R], wh[R];
+    __m512 sw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* cr = codes + (r0 + r) * (K / 2) + c * 64;
+      const uint8_t* sr = scales + (r0 + r) * (K / 16) + c * 8;
+      __m512i x;
+      __m128i sb;
+      if (c < full) {
+        x = _mm512_loadu_si512(cr);
+        sb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sr));
+      } else {
+        x = _mm512_maskz_loadu_epi8(code_mask, cr);
+        sb = _mm_maskz_loadu_epi8(scale_mask, sr);
+      }
+      wl[r] = _mm512_shuffle_epi8(table, _mm512_and_si512(x, low4));
+      wh[r] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(x, 4), low4));
+      sw[r] = lane_scales_avx512(sb);
+    }
+    for (int t = 0; t < M; ++t) {
+      const int8_t* q = a[t].q + c * kIntChunk;
+      const __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
+      const __m512i bias = _mm512_loadu_si512(a[t].bias + c * kIntLanes);
+      const __m512 sa = _mm512_loadu_ps(a[t].scale + c * kIntLanes);
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(bias, wl[r], qlo), wh[r], qhi);
+        acc[t][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), sw[r]), sa, acc[t][r]);
+      }
+    }
+  }
+  for (int t = 0; t < M; ++t)
+    for (int r = 0; r < R; ++r) out[t * ldo + r0 + r] = lane_sum_avx512(acc[t][r]);
+}
+
+template <int M>
+NVFP4_AVX512_INT void int_dot_rows_avx512(const IntWeightTable& wt, const IntActRow* a, const uint8_t* codes,
+                                          const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo) {
+  constexpr int R = M <= 2 ? 4 : 2;  // M * R <= 16 accumulators
+  int64_t r0 = 0;
+  for (; r0 + R <= n; r0 += R) int_dot_avx512<M, R>(wt, a, codes, scales, r0, K, out, ldo);
+  for (; r0 < n; ++r0) int_dot_avx512<M, 1>(wt, a, codes, scales, r0, K, out, ldo);
+}
+
+// 4 UE4M3 bytes -> 8 lane floats e4m3(b_{l/2}) / 256.
+NVFP4_AVX2_INT inline __m256 lane_scales_avx2(uint32_t bytes4) {
+  const __m128i b = _mm_cvtsi32_si128(int(bytes4));
+  const __m128i w = _mm_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));
+  __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(short(0xBFFF)));
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
+  h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
+  return _mm256_cvtph_ps(h);
+}
+
+NVFP4_AVX2_INT inline float lane_sum_avx2(__m256 lo, __m256 hi) {
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+// M <= 4 tokens, one weight row per pass; lanes 0..7 and 8..15 of a chunk in two ymm.
+template <int M>
+NVFP4_AVX2_INT void int_dot_row_avx2(const IntWeightTable& wt, const IntActRow* a, const uint8_t* codes,
+                                     const uint8_t* scales, int64_t K, float* out, int64_t ldo) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wt.u)));
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[M][2];
+  for (int t = 0; t < M; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < int_chunks(K); ++c)
+    for (int h = 0; h < 2; ++h) {
+      // code bytes [c * 64 + 32h, +32) and their 4 scale bytes, zero past K
+      const int64_t e0 = c * kIntChunk + 64 * h;
+      alignas(32) uint8_t cb[32] = {};
+      uint32_t sb = 0;
+      if (e0 + 64 <= K) {
+        std::memcpy(cb, codes + e0 / 2, 32);
+        std::memcpy(&sb, scales + e0 / 16, 4);
+      } else if (e0 < K) {
+        std::memcpy(cb, codes + e0 / 2, size_t((K - e0) / 2));
+        std::memcpy(&sb, scales + e0 / 16, size_t((K - e0) / 16));
+      }
+      const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(cb));
+      const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(x, low4));
+      const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
+      const __m256 sw = lane_scales_avx2(sb);
+      for (int t = 0; t < M; ++t) {
+        const int8_t* q = a[t].q + c * kIntChunk + 32 * h;
+        const __m256i qlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+        const __m256i qhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64));
+        const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].bias + c * kIntLanes + 8 * h));
+        const __m256i s = _mm256_add_epi32(
+            bias, _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wl, qlo), ones),
+                                   _mm256_madd_epi16(_mm256_maddubs_epi16(wh, qhi), ones)));
+        const __m256 sa = _mm256_loadu_ps(a[t].scale + c * kIntLanes + 8 * h);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), sw), sa, acc[t][h]);
+      }
+    }
+  for (int t = 0; t < M; ++t) out[t * ldo] = lane_sum_avx2(acc[t][0], acc[t][1]);
+}
+
+template <int M>
+NVFP4_AVX2_INT void int_dot_rows_avx2(const IntWeightTable& wt, const IntActRow* a, const uint8_t* codes,
+                                      const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo) {
+  for (int64_t r = 0; r < n; ++r)
+    int_dot_row_avx2<M>(wt, a, codes + r * (K / 2), scales + r * (K / 16), K, out + r, ldo);
+}
+#endif
+
+}  // namespace
+
+bool int_dot_isa_available(IntDotIsa isa) {
+  switch (isa) {
+    case IntDotIsa::Scalar: return true;
+#ifdef NVFP4_INT_X86
+    case IntDotIsa::Avx2: return has_avx2_f16c();
+    case IntDotIsa::Avx512: return has_avx512_vnni();
+#endif
+    default: return false;
+  }
+}
+
+IntDotIsa int_dot_isa_best() {
+  if (int_dot_isa_available(IntDotIsa::Avx512)) return IntDotIsa::Avx512;
+  if (int_dot_isa_available(IntDotIsa::Avx2)) return IntDotIsa::Avx2;
+  return IntDotIsa::Scalar;
+}
+
+const char* int_dot_isa_name(IntDotIsa isa) {
+  return isa == IntDotIsa::Avx512 ? "avx512-vnni" : isa == IntDotIsa::Avx2 ? "avx2" : "scalar";
+}
+
+void int_dot_rows_tokens(IntDotIsa isa, const E2m1PairTable& lut, const IntActRow* a, int m, const uint8_t* codes,
+                         const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo) {
+  static const IntWeightTable wt;
+#ifdef NVFP4_INT_X86
+  if (isa == IntDotIsa::Avx512 && has_avx512_vnni()) {
+    switch (m) {
+      case 1: return int_dot_rows_avx512<1>(wt, a, codes, scales, n, K, out, ldo);
+      case 2: return int_dot_rows_avx512<2>(wt, a, codes, scales, n, K, out, ldo);
+      case 3: return int_dot_rows_avx512<3>(wt, a, codes, scales, n, K, out, ldo);
+      case 4: return int_dot_rows_avx512<4>(wt, a, codes, scales, n, K, out, ldo);
+      case 5: return int_dot_rows_avx512<5>(wt, a, codes, scales, n, K, out, ldo);
+      case 6: return int_dot_rows_avx512<6>(wt, a, codes, scales, n, K, out, ldo);
+      case 7: return int_dot_rows_avx512<7>(wt, a, codes, scales, n, K, out, ldo);
+      case 8: return int_dot_rows_avx512<8>(wt, a, codes, scales, n, K, out, ldo);
+      default: break;
+    }
+  }
+  if (isa == IntDotIsa::Avx2 && has_avx2_f16c() && m >= 1 && m <= kIntDotTokens) {
+    for (int t0 = 0; t0 < m; t0 += 4) {
+      const int mm = std::min(4, m - t0);
+      float* o = out + t0 * ldo;
+      switch (mm) {
+        case 1: int_dot_rows_avx2<1>(wt, a + t0, codes, scales, n, K, o, ldo); break;
+        case 2: int_dot_rows_avx2<2>(wt, a + t0, codes, scales, n, K, o, ldo); break;
+        case 3: int_dot_rows_avx2<3>(wt, a + t0, codes, scales, n, K, o, ldo); break;
+        default: int_dot_rows_avx2<4>(wt, a + t0, codes, scales, n, K, o, ldo); break;
+      }
+    }
+    return;
+  }
+#endif
+  int_dot_rows_tokens_ref(lut, a, m, codes, scales, n, K, out, ldo);
+}
+
+void int_dot_rows_tokens(const E2m1PairTable& lut, const IntActRow* a, int m, const uint8_t* codes,
+                         const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo) {
+  static const IntDotIsa best = int_dot_isa_best();
+  int_dot_rows_tokens(best, lut, a, m, codes, scales, n, K, out, ldo);
+}
+
+}  // namespace nvfp4moe::cpu
