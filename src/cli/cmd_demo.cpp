@@ -132,8 +132,8 @@ double device_forward_ms(Moe& moe, const std::vector<float>& x, int64_t T, int64
   cuda::DeviceGuard guard(device);
   cuda::DeviceBuffer<float> dx(x.size());
   cuda::DeviceBuffer<uint16_t> dy(x.size());
-  dx.upload(x.data(), x.size());
   cuda::CudaStream stream;
+  dx.upload(x.data(), x.size(), stream.get());  // on the forward's stream: ordered before it
   cuda::CudaEvent a, b;
   ForwardOutputs out;
   out.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda, device);

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/kernels/ref/staging_ref.hpp"
 #include "cuda/kernels/staging.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/error.hpp"
@@ -28,6 +27,9 @@ int usable_device(int device) {
 
 DeviceQuantizer::DeviceQuantizer(int device) : device_(usable_device(device)) {}
 
+// On the quantizer's stream: the stream is non-blocking, so a copy on the
+// legacy default stream would not be ordered before its kernels (a pageable
+// cudaMemcpy returns once the bytes are staged, not once they have landed).
 void DeviceQuantizer::upload(const TensorInfo& t) {
   if (t.name == x_name_ && t.data == x_src_) return;
   const int64_t n = t.numel();
@@ -35,11 +37,12 @@ void DeviceQuantizer::upload(const TensorInfo& t) {
   x_bf16_ = t.dtype == DType::BF16;
   if (x_bf16_) {
     grow(x_, size_t(n) * 2);
-    NVFP4_CUDA_CHECK(cudaMemcpy(x_.get(), t.data, size_t(n) * 2, cudaMemcpyHostToDevice));
+    x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get());
   } else {
     const std::vector<float> f = t.to_f32();  // F16 exactly, F64 rounded (beyond F32's range: Inf, refused)
     grow(x_, size_t(n) * 4);
-    NVFP4_CUDA_CHECK(cudaMemcpy(x_.get(), f.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    x_.upload(reinterpret_cast<const uint8_t*>(f.data()), size_t(n) * 4, stream_.get());
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // f is freed on return
   }
   x_name_ = t.name;
   x_src_ = t.data;
@@ -77,12 +80,7 @@ Nvfp4Matrix DeviceQuantizer::quantize(const TensorInfo& t, float g) {
   q.g_out = g_rows_.get();
   q.codes = codes_.get();
   q.scales_linear = scales_.get();
-  // The simple kernel (one CTA per row, the codec's own functions), which
-  // matches the host quantizer byte for byte on whole synthetic layers
-  // (DeviceSynthetic): the fast kernel's static scope wrote other bytes than
-  // the host for one BF16 tensor of CliQuantizeCuda.SameFilesAsTheHost
-  // (seed 3379127684594392050, H=1024 I=512), not explained yet.
-  quantize_activations_ref(q, stream_.get());
+  stage_activations(q, stream_.get());
   Nvfp4Matrix m;
   m.rows = N;
   m.cols = K;

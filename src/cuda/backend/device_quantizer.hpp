@@ -1,9 +1,9 @@
 // DeviceQuantizer: NVFP4 quantization of host tensors on a GPU, for
 // `nvfp4moe quantize --device cuda`: a tensor is uploaded once (BF16 as it
 // is, other float types as F32), its amax and its codes and block scales
-// under a given global scale come from the activation staging's simple
-// kernels (kernels/ref/staging_ref.hpp), which give the host quantizer's
-// bytes (docs/numerics.md §2). Device buffers grow to the largest tensor seen.
+// under a given global scale come from the activation staging's kernels
+// (kernels/staging.hpp), which give the host quantizer's bytes
+// (docs/numerics.md §2). Every copy and kernel runs on its own stream. Device buffers grow to the largest tensor seen.
 #pragma once
 
 #include <cstdint>
