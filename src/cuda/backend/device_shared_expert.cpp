@@ -74,6 +74,10 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
     xb = xb_.get();
   }
   if (format_ == SharedExpertFormat::Fp8Block) {
+    if (!aligned_to(xb, 16)) {  // the kernels read x 16 bytes at a time: an aligned copy
+      NVFP4_CUDA_CHECK(cudaMemcpyAsync(xb_.get(), xb, size_t(tokens * hidden_) * 2, cudaMemcpyDeviceToDevice, stream));
+      xb = xb_.get();
+    }
     const SharedFp8Args a{.x = xb,
                           .tokens = tokens,
                           .hidden = hidden_,
