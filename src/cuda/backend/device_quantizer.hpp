@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cuda/cuda_check.hpp"
@@ -37,6 +38,7 @@ class DeviceQuantizer {
   bool x_bf16_ = false;
   std::string x_name_;
   const void* x_src_ = nullptr;
+  std::optional<float> x_amax_;  // of the uploaded tensor, once taken
   DeviceBuffer<uint8_t> codes_, scales_;
   DeviceBuffer<float> g_rows_;
   DeviceBuffer<unsigned> amax_{1};

@@ -46,7 +46,6 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
     counters_ = DeviceBuffer<int32_t>(size_t(shared_fp8_counters(hidden_, inter_)));
     NVFP4_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
     sms_ = sm_count();
-    shared_expert_fp8_prepare();
   } else {
     w13_ = upload<__nv_bfloat16>(w.w1, w.w3);
     w2_ = upload<__nv_bfloat16>(w.w2);

@@ -219,6 +219,8 @@ template <int kNT>
 constexpr size_t x_smem_bytes() {
   return kXInRegisters<kNT> ? 0 : size_t(kStages<kNT>) * kNT * 8 * kXStride * sizeof(__nv_bfloat16);
 }
+// Within the default 48 KB of dynamic shared memory: no opt-in to set per device.
+static_assert(x_smem_bytes<4>() <= 48 * 1024 && x_smem_bytes<8>() <= 48 * 1024);
 
 // grid (token tiles, row blocks, K splits); dynamic smem x_smem_bytes<kNT>().
 template <int kNT, bool kSwiGlu>
@@ -357,12 +359,6 @@ std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_
     for (int64_t kt = 0; kt < tiles_k; ++kt)
       table[size_t(gr * tiles_k + kt)] = tile_scale[size_t((gr * kFp8ScaleGroup / kFp8ScaleTile) * tiles_k + kt)];
   return table;
-}
-
-// The 64-token kernels take more than the default 48 KB of shared memory.
-void shared_expert_fp8_prepare() {
-  allow_smem_at_least(shared_fp8_kernel<8, true>, x_smem_bytes<8>());
-  allow_smem_at_least(shared_fp8_kernel<8, false>, x_smem_bytes<8>());
 }
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {

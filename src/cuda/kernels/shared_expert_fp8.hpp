@@ -64,8 +64,6 @@ int64_t shared_fp8_counters(int64_t hidden, int64_t inter);
 // gate's followed by the up's.
 std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols);
 
-// Once per process before the first call outside any stream capture.
-void shared_expert_fp8_prepare();
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
 
 }  // namespace nvfp4moe::cuda

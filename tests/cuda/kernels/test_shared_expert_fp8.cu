@@ -112,7 +112,6 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   a.counters = counters.get();
   a.sms = sm_count();
   a.force_splits = c.splits;
-  shared_expert_fp8_prepare();
   shared_expert_fp8(a, nullptr);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Result r{std::vector<uint16_t>(size_t(T * Is)), std::vector<float>(size_t(T * H))};
