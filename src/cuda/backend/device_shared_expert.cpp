@@ -1,6 +1,8 @@
 // DeviceSharedExpert (see device_shared_expert.hpp).
 #include "cuda/backend/device_shared_expert.hpp"
 
+#include <algorithm>
+
 #include "cuda/kernels/ref/shared_expert_ref.hpp"
 #include "cuda/kernels/shared_expert.hpp"
 #include "cuda/kernels/shared_expert_fp8.hpp"
@@ -46,6 +48,11 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
     counters_ = DeviceBuffer<int32_t>(size_t(shared_fp8_counters(hidden_, inter_)));
     NVFP4_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
     sms_ = sm_count();
+    fp8_pow2_ = fp8_scales_are_powers_of_two(w.w1_scale) && fp8_scales_are_powers_of_two(w.w3_scale) &&
+                fp8_scales_are_powers_of_two(w.w2_scale);
+    if (fp8_pow2_ && max_tokens >= kFp8GemmMinTokens)
+      fp8_chunk_ = DeviceBuffer<__nv_bfloat16>(size_t(std::min(kFp8GemmChunkRows, std::max(2 * inter_, hidden_))) *
+                                               size_t(std::max(hidden_, inter_)));
   } else {
     w13_ = upload<__nv_bfloat16>(w.w1, w.w3);
     w2_ = upload<__nv_bfloat16>(w.w2);
@@ -92,7 +99,13 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .partial = partial_.get(),
                           .counters = counters_.get(),
                           .sms = sms_,
-                          .force_splits = fp8_splits_};
+                          .force_splits = fp8_choice_.splits,
+                          .path = fp8_choice_.kernels};
+    const bool gemm = fp8_choice_.dequant_gemm < 0 ? tokens >= kFp8GemmMinTokens : fp8_choice_.dequant_gemm > 0;
+    if (gemm && fp8_pow2_ && fp8_chunk_.size() > 0) {
+      run_fp8_dequant_gemm(xb, tokens, out, stream);
+      return;
+    }
     shared_expert_fp8(a, stream);
     return;
   }
@@ -108,6 +121,32 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                            .h = h_.get(),
                            .out = out};
   shared_expert_forward(cublas_->get(), a, stream);
+}
+
+void DeviceSharedExpert::run_fp8_dequant_gemm(const __nv_bfloat16* x, int64_t tokens, float* out,
+                                              cudaStream_t stream) {
+  NVFP4_CUBLAS_CHECK(cublasSetStream(cublas_->get(), stream));
+  // m-tiles [u0, u0 + n) dequantized, then their output columns: gate/up,
+  // the chunk's gate rows and its up rows (two GEMMs); down, one.
+  auto chunked = [&](const uint8_t* w, const Fp8FragmentGeometry& g, const float* scale, const __nv_bfloat16* a,
+                     float* c) {
+    const int64_t chunk = int64_t(fp8_chunk_.size()) / g.cols / 16, m_tiles = g.m_tiles(), ldc = g.rows;
+    for (int64_t u0 = 0; u0 < m_tiles; u0 += chunk) {
+      const int64_t n = std::min(chunk, m_tiles - u0), rows = fp8_chunk_rows(g, n);
+      fp8_fragments_to_bf16(w, g, scale, u0, n, fp8_chunk_.get(), stream);
+      if (g.pairs) {
+        const int64_t half = rows / 2, inter = g.rows / 2;
+        gemm_bf16_rowmajor_bt(cublas_->get(), a, fp8_chunk_.get(), c + 8 * u0, tokens, half, g.cols, ldc);
+        gemm_bf16_rowmajor_bt(cublas_->get(), a, fp8_chunk_.get() + half * g.cols, c + inter + 8 * u0, tokens, half,
+                              g.cols, ldc);
+      } else {
+        gemm_bf16_rowmajor_bt(cublas_->get(), a, fp8_chunk_.get(), c + 16 * u0, tokens, rows, g.cols, ldc);
+      }
+    }
+  };
+  chunked(w13_fp8_.get(), gate_up_fragments(), w13_scale_.get(), x, gate_up_.get());
+  swiglu_to_bf16(gate_up_.get(), tokens, inter_, limit_.has_value(), limit_.value_or(0.0f), h_.get(), stream);
+  chunked(w2_fp8_.get(), down_fragments(), w2_scale_.get(), h_.get(), out);
 }
 
 void DeviceSharedExpert::run_ref(const void* x, bool x_is_bf16, int64_t tokens, float* out, cudaStream_t stream) {

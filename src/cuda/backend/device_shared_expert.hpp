@@ -10,7 +10,12 @@
 //
 // run(): x rounded to BF16 first; BF16 weights through kernels/shared_expert.hpp
 // (tensor-core GEMV kernels up to 8 tokens, cuBLAS beyond), FP8 weights
-// through kernels/shared_expert_fp8.hpp. run_ref(): the scalar reference.
+// through kernels/shared_expert_fp8.hpp, or, for a batch of more than
+// kFp8GemmMinTokens - 1 tokens with power-of-two tile scales, the weights
+// dequantized exactly to BF16 in row chunks of kFp8GemmChunkRows, each
+// multiplied by cuBLAS while it is in L2 (a forward that long is bound by
+// the tensor cores, not by the weight bytes). run_ref(): the scalar
+// reference.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,10 +26,17 @@
 #include <optional>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernels/shared_expert_fp8.hpp"
 #include "cuda/layout/fp8_fragment_layout.hpp"
 #include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::cuda {
+
+// From this many tokens an FP8 forward with power-of-two tile scales runs
+// as dequantization + BF16 GEMM (measured crossover on the H200,
+// docs/performance.md); rows dequantized per GEMM.
+constexpr int64_t kFp8GemmMinTokens = 256;
+constexpr int64_t kFp8GemmChunkRows = 2048;
 
 class DeviceSharedExpert {
  public:
@@ -35,12 +47,18 @@ class DeviceSharedExpert {
   // x [tokens, H] bf16 or f32 on the device -> out [tokens, H] f32; tokens <= max_tokens.
   void run(const void* x, bool x_is_bf16, int64_t tokens, float* out, cudaStream_t stream);
   void run_ref(const void* x, bool x_is_bf16, int64_t tokens, float* out, cudaStream_t stream);
-  // FP8 weights: the K splits of their kernels (0, the default: chosen per
-  // call from the grid; benchmarks compare the others).
-  void set_fp8_splits(int splits) { fp8_splits_ = splits; }
+  // FP8 weights: how a forward runs (the defaults: chosen per call;
+  // benchmarks and tests compare the others).
+  struct Fp8Choice {
+    Fp8SharedPath kernels = Fp8SharedPath::Auto;
+    int splits = 0;         // K splits of the split kernels, 0: chosen from the grid
+    int dequant_gemm = -1;  // -1: from the token count and the scales; 0: never; 1: always (power-of-two scales)
+  };
+  void set_fp8_choice(const Fp8Choice& c) { fp8_choice_ = c; }
 
  private:
   void check_tokens(int64_t tokens) const;
+  void run_fp8_dequant_gemm(const __nv_bfloat16* x, int64_t tokens, float* out, cudaStream_t stream);
   Fp8FragmentGeometry gate_up_fragments() const { return {.rows = 2 * inter_, .cols = hidden_, .pairs = true}; }
   Fp8FragmentGeometry down_fragments() const { return {.rows = hidden_, .cols = inter_, .pairs = false}; }
 
@@ -52,8 +70,11 @@ class DeviceSharedExpert {
   DeviceBuffer<float> w13_scale_, w2_scale_;  // Fp8Block: group scale tables (fp8_group_scales)
   DeviceBuffer<float> partial_;             // Fp8Block: split-K sums
   DeviceBuffer<int32_t> counters_;          // Fp8Block: split-K arrivals, zero at rest
+  DeviceBuffer<__nv_bfloat16> fp8_chunk_;  // Fp8Block, max_tokens >= kFp8GemmMinTokens, power-of-two scales:
+                                           // [kFp8GemmChunkRows, max(H, Is)] dequantized rows
+  bool fp8_pow2_ = false;
   int sms_ = 0;
-  int fp8_splits_ = 0;
+  Fp8Choice fp8_choice_;
   DeviceBuffer<uint8_t> cublas_ws_;       // declared before the handle: outlives it
   std::unique_ptr<CublasHandle> cublas_;
   DeviceBuffer<__nv_bfloat16> xb_, h_;    // [max_tokens, H], [max_tokens, Is]

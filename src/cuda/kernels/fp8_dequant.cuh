@@ -21,4 +21,20 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t pair) {
   return ptx::mul_bf16x2(scaled, 0x77807780u);  // BF16 2^112 = 0x7780
 }
 
+// Four E4M3 bit patterns (byte i) -> BF16x2 of bytes (0, 1) and of bytes
+// (2, 3), low byte -> low half, on the integer and FMA pipes only (no
+// conversion unit). A byte permute with sign replication gives each half
+// the 16 bits sssssssss|e4|m3 (the byte's sign repeated above it); shifted
+// left by 4 and masked, they are sign at bit 15, exponent at bits 10..7 and
+// mantissa at 6..4: the BF16 pattern of value x 2^-120 (normal or, for
+// E4M3's subnormals, BF16's subnormal: the map is linear), which one exact
+// BF16 multiply by 2^120 restores. NaN (0x7F) does not survive (see above).
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t four, uint32_t& b01, uint32_t& b23) {
+  constexpr uint32_t kMask = 0x87f087f0u;        // sign | exponent and mantissa, per half
+  constexpr uint32_t kTwoTo120 = 0x7b807b80u;    // BF16 2^120 in both halves
+  const uint32_t z01 = ptx::prmt(four, 0u, 0x9180u), z23 = ptx::prmt(four, 0u, 0xb3a2u);
+  b01 = ptx::mul_bf16x2((z01 << 4) & kMask, kTwoTo120);
+  b23 = ptx::mul_bf16x2((z23 << 4) & kMask, kTwoTo120);
+}
+
 }  // namespace nvfp4moe::cuda

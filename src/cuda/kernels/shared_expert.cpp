@@ -7,14 +7,16 @@
 namespace nvfp4moe::cuda {
 
 void gemm_bf16_rowmajor_bt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b, float* c,
-                           int64_t m, int64_t n, int64_t k) {
+                           int64_t m, int64_t n, int64_t k, int64_t ldc) {
   // Column-major view: C^T [n, m] = B [n, k] . A^T [k, m], with B stored as
   // the column-major k x n matrix B^T (hence OP_T).
-  NVFP4_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
-              "bf16 gemm: dimensions too large m=", m, " n=", n, " k=", k);
+  if (ldc == 0) ldc = n;
+  NVFP4_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31) && ldc >= n &&
+                  ldc < (int64_t(1) << 31),
+              "bf16 gemm: dimensions too large or ldc < n: m=", m, " n=", n, " k=", k, " ldc=", ldc);
   const float alpha = 1.0f, beta = 0.0f;
   NVFP4_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, CUDA_R_16BF,
-                                  int(k), a, CUDA_R_16BF, int(k), &beta, c, CUDA_R_32F, int(n),
+                                  int(k), a, CUDA_R_16BF, int(k), &beta, c, CUDA_R_32F, int(ldc),
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

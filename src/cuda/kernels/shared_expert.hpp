@@ -15,9 +15,9 @@
 namespace nvfp4moe::cuda {
 
 // C[M, N] f32 = A[M, K] bf16 (row-major) . B[N, K]^T bf16 (row-major), on the
-// handle's stream.
+// handle's stream; C's rows ldc apart (0: N).
 void gemm_bf16_rowmajor_bt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b, float* c,
-                           int64_t m, int64_t n, int64_t k);
+                           int64_t m, int64_t n, int64_t k, int64_t ldc = 0);
 
 struct SharedExpertArgs {
   const __nv_bfloat16* x = nullptr;   // [T, H]

@@ -2,17 +2,23 @@
 #include "cuda/kernels/shared_expert_fp8.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
 #include "cuda/kernels/swiglu.cuh"
 #include "cuda/layout/fp8_fragment_layout.hpp"
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
+#include "cuda/ptx/sm90_griddep.cuh"
 #include "cuda/ptx/sm90_ld_cvt.cuh"
 
 namespace nvfp4moe::cuda {
 
 namespace {
+
+// How E4M3 becomes BF16 in registers (fp8_dequant.cuh): through the FP16
+// conversion instruction, or with integer operations only.
+enum class Fp8Convert : uint8_t { HalfFloat, Integer };
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -133,7 +139,7 @@ constexpr int kChains = kNT >= 4 ? 1 : 4 / kNT;
 // Lane quad t feeds columns 16t..16t+15 of a chunk to mma step s as k-slots
 // (2t, 2t+1, 2t+8, 2t+9) <- columns 16t + 4s + (0, 1, 2, 3), the same
 // permutation for weights and x, so that both are read 16 bytes at a time.
-template <int kNT>
+template <int kNT, Fp8Convert kConv>
 __device__ __forceinline__ void multiply_tile(const StageRegs<kNT>& w, const __nv_bfloat16* xs, int g, int t,
                                               float (&acc)[kNT][4]) {
   constexpr int C = kChains<kNT>;
@@ -149,10 +155,15 @@ __device__ __forceinline__ void multiply_tile(const StageRegs<kNT>& w, const __n
     uint32_t a[4][4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      a[s][0] = e4m3x2_to_bf16x2(uint16_t(lo[s]));
-      a[s][1] = e4m3x2_to_bf16x2(uint16_t(hi[s]));
-      a[s][2] = e4m3x2_to_bf16x2(uint16_t(lo[s] >> 16));
-      a[s][3] = e4m3x2_to_bf16x2(uint16_t(hi[s] >> 16));
+      if constexpr (kConv == Fp8Convert::Integer) {
+        e4m3x4_to_bf16x2(lo[s], a[s][0], a[s][2]);
+        e4m3x4_to_bf16x2(hi[s], a[s][1], a[s][3]);
+      } else {
+        a[s][0] = e4m3x2_to_bf16x2(uint16_t(lo[s]));
+        a[s][1] = e4m3x2_to_bf16x2(uint16_t(hi[s]));
+        a[s][2] = e4m3x2_to_bf16x2(uint16_t(lo[s] >> 16));
+        a[s][3] = e4m3x2_to_bf16x2(uint16_t(hi[s] >> 16));
+      }
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // columns 16t + 8 half .. + 7: steps 2 half, 2 half + 1
@@ -225,6 +236,7 @@ static_assert(x_smem_bytes<4>() <= 48 * 1024 && x_smem_bytes<8>() <= 48 * 1024);
 // grid (token tiles, row blocks, K splits); dynamic smem x_smem_bytes<kNT>().
 template <int kNT, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projection p) {
+  constexpr Fp8Convert kConv = Fp8Convert::HalfFloat;  // measured faster here than the integer route at 64 tokens
   constexpr int S = kStages<kNT>;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [S][kNT * 8][kXStride]
@@ -269,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
         ptx::cp_async_wait<S - 1>();
         __syncthreads();
       }
-      multiply_tile<kNT>(ring[s], xs + s * kXTile, g, t, acc);
+      multiply_tile<kNT, kConv>(ring[s], xs + s * kXTile, g, t, acc);
       if constexpr (!kRegs) __syncthreads();  // slot s is refilled at the next step
     }
   }
@@ -318,22 +330,112 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
   store_rows<kNT, kSwiGlu>(p, token0, row_lo, row_hi, t, sum);
 }
 
+// Decode, up to 16 tokens: one m-tile (16 weight rows) per CTA over all of
+// K, its 4 warps taking every 4th K tile each, and the warps' sums added in
+// shared memory: no split-K workspace, no second pass, and a grid of one
+// CTA per m-tile (gate/up Is / 8, down H / 16) to spread over the SMs.
+// kGemvStages - 1 K tiles (2 KB of weights each a warp) are in flight while
+// one is multiplied (4 stages: 3-13 % slower for V4-Pro). Launched for
+// programmatic dependent launch, a CTA issues its first weight loads before
+// it waits for the previous kernel (whose output it reads as x), so that
+// they overlap that kernel's tail (2-3 us of a V4-Pro forward).
+constexpr int kGemvStages = 3;
+
+template <int kNT, bool kSwiGlu>
+__global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Projection p) {
+  static_assert(kXInRegisters<kNT>, "the GEMV form reads x into registers (up to 16 tokens)");
+  constexpr int S = kGemvStages;
+  constexpr Fp8Convert kConv = Fp8Convert::Integer;  // measured faster here than the FP16 route
+  __shared__ float sums[kWarps][kNT][4][32];
+  ptx::griddep_launch_dependents();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int u = int(blockIdx.x);
+  const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
+  const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
+  const int tiles = p.tiles_k > warp ? (p.tiles_k - warp + kWarps - 1) / kWarps : 0;  // this warp's K tiles
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  StageRegs<kNT> ring[S];
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    if (s < tiles) load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kWarps * s, lane, ring[s]);
+  ptx::griddep_wait();
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    if (s < tiles) load_x_regs<kNT>(p, 0, warp + kWarps * s, g, t, ring[s]);
+  for (int i = 0; i < tiles; i += S) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (i + s >= tiles) break;
+      const int next = i + s + S - 1, slot = (s + S - 1) % S;
+      if (next < tiles) {
+        load_x_regs<kNT>(p, 0, warp + kWarps * next, g, t, ring[slot]);
+        load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kWarps * next, lane, ring[slot]);
+      }
+      multiply_tile<kNT, kConv>(ring[s], nullptr, g, t, acc);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sums[warp][n][j][lane] = acc[n][j];
+  __syncthreads();
+  if (warp != 0) return;
+  float v[kNT][4];
+#pragma unroll
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[n][j] = sums[0][n][j][lane] + sums[1][n][j][lane] + sums[2][n][j][lane] + sums[3][n][j][lane];
+  store_rows<kNT, kSwiGlu>(p, 0, row_lo, row_hi, t, v);
+}
+
+template <int kNT, bool kSwiGlu>
+void launch_gemv(const Fp8Projection& p, cudaStream_t stream) {
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = dim3(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
+  lc.blockDim = dim3(kThreads);
+  lc.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, shared_fp8_gemv_kernel<kNT, kSwiGlu>, p));
+}
+
+template <int kNT, bool kSwiGlu>
+void launch_split(const Fp8Projection& p, dim3 grid, cudaStream_t stream) {
+  shared_fp8_kernel<kNT, kSwiGlu><<<grid, kThreads, x_smem_bytes<kNT>(), stream>>>(p);
+}
+
 template <bool kSwiGlu>
-void launch_projection(const Fp8Projection& p, int n8_tiles, int splits_wanted, int sms, cudaStream_t stream) {
+void launch_projection(const Fp8Projection& p, int n8_tiles, const SharedFp8Args& a, cudaStream_t stream) {
   const int tiles = int(ceil_div(p.tokens, kTokenTile));
+  const bool gemv = a.path == Fp8SharedPath::Gemv || (a.path == Fp8SharedPath::Auto && n8_tiles <= 2);
+  if (gemv) {
+    NVFP4_CHECK(n8_tiles <= 2, "shared_expert_fp8: the GEMV form takes up to 16 tokens, not ", p.tokens);
+    if (n8_tiles == 1)
+      launch_gemv<1, kSwiGlu>(p, stream);
+    else
+      launch_gemv<2, kSwiGlu>(p, stream);
+    NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_gemv_kernel<gate/up>" : "shared_fp8_gemv_kernel<down>");
+    return;
+  }
   const int blocks = int(ceil_div(kSwiGlu ? p.rows / 2 : p.rows, kBlockRows<kSwiGlu>));
   // A grid of fewer than two CTAs per SM leaves HBM idle: split K in four
   // (measured best on the H200 for V4-Pro and -Flash from 1 to 16 tokens;
   // more splits only add partial sums). The workspace holds
   // kFp8MaxSplitRows token tiles of them.
-  int splits = splits_wanted > 0 ? splits_wanted : int64_t(tiles) * blocks < 2 * int64_t(sms) ? 4 : 1;
+  int splits = a.force_splits > 0 ? a.force_splits : int64_t(tiles) * blocks < 2 * int64_t(a.sms) ? 4 : 1;
   splits = std::max(1, std::min({splits, kMaxSplits, p.tiles_k, int(kFp8MaxSplitRows / tiles)}));
   const dim3 grid{unsigned(tiles), unsigned(blocks), unsigned(splits)};
   switch (n8_tiles) {
-    case 1: shared_fp8_kernel<1, kSwiGlu><<<grid, kThreads, x_smem_bytes<1>(), stream>>>(p); break;
-    case 2: shared_fp8_kernel<2, kSwiGlu><<<grid, kThreads, x_smem_bytes<2>(), stream>>>(p); break;
-    case 4: shared_fp8_kernel<4, kSwiGlu><<<grid, kThreads, x_smem_bytes<4>(), stream>>>(p); break;
-    default: shared_fp8_kernel<8, kSwiGlu><<<grid, kThreads, x_smem_bytes<8>(), stream>>>(p); break;
+    case 1: launch_split<1, kSwiGlu>(p, grid, stream); break;
+    case 2: launch_split<2, kSwiGlu>(p, grid, stream); break;
+    case 4: launch_split<4, kSwiGlu>(p, grid, stream); break;
+    default: launch_split<8, kSwiGlu>(p, grid, stream); break;
   }
   NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_kernel<gate/up>" : "shared_fp8_kernel<down>");
 }
@@ -370,11 +472,78 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
   const Fp8Projection gate_up{.x = a.x, .tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
                               .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
                               .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
-  launch_projection<true>(gate_up, n8, a.force_splits, a.sms, stream);
   const Fp8Projection down{.x = a.h, .tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
                            .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
                            .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
-  launch_projection<false>(down, n8, a.force_splits, a.sms, stream);
+  launch_projection<true>(gate_up, n8, a, stream);
+  launch_projection<false>(down, n8, a, stream);
+}
+
+namespace {
+
+// One thread per 16-byte piece, in layout order (the reads coalesce; each
+// piece is 16 consecutive columns of one row, written as 32 bytes).
+__global__ void fp8_fragments_to_bf16_kernel(const uint8_t* w, Fp8FragmentGeometry g, const float* group_scale,
+                                             int32_t u0, int32_t m_tiles, __nv_bfloat16* out) {
+  const int32_t k_tiles = int32_t(g.k_tiles()), cols = int32_t(g.cols), inter = int32_t(g.rows / 2);
+  const int32_t n = m_tiles * k_tiles * 128;
+  for (int32_t p = int32_t(blockIdx.x * blockDim.x + threadIdx.x); p < n; p += int32_t(gridDim.x * blockDim.x)) {
+    const int32_t lane = p & 31, piece = (p >> 5) & 3, blk = p >> 7;
+    const int32_t kt = blk % k_tiles, u = u0 + blk / k_tiles, c = piece >> 1, half = piece & 1;
+    const int32_t k = kt * kTileK + c * 64 + (lane & 3) * 16, r = lane >> 2;
+    int32_t row, local;
+    if (g.pairs) {
+      row = half * inter + 8 * u + r;
+      local = half * 8 * m_tiles + 8 * (u - u0) + r;
+    } else {
+      row = 16 * u + 8 * half + r;
+      local = row - 16 * u0;
+    }
+    if (k >= cols || row >= g.rows) continue;  // the layout's zero padding
+    const uint4 v = ptx::ld_global_stream_v4(w + (int64_t(u) * k_tiles + kt) * kFp8FragTileBytes + (piece * 32 + lane) * 16);
+    const float s = __ldg(group_scale + int64_t(row / 8) * k_tiles + kt);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = ptx::cvt_e4m3x2_to_f16x2(uint16_t(words[j])), hi = ptx::cvt_e4m3x2_to_f16x2(uint16_t(words[j] >> 16));
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+      o[2 * j] = ptx::cvt_bf16x2_from_f32(a.y * s, a.x * s);
+      o[2 * j + 1] = ptx::cvt_bf16x2_from_f32(b.y * s, b.x * s);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out + int64_t(local) * cols + k);
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+}  // namespace
+
+int64_t fp8_chunk_rows(const Fp8FragmentGeometry& g, int64_t m_tiles) {
+  return g.pairs ? 16 * m_tiles : std::min(16 * m_tiles, g.rows);
+}
+
+void fp8_fragments_to_bf16(const uint8_t* w, const Fp8FragmentGeometry& g, const float* group_scale, int64_t m_tile0,
+                           int64_t m_tiles, __nv_bfloat16* out, cudaStream_t stream) {
+  NVFP4_CHECK(g.cols % 16 == 0 && m_tile0 >= 0 && m_tiles >= 0 && m_tile0 + m_tiles <= g.m_tiles() &&
+                  g.m_tiles() * g.k_tiles() * 128 < (int64_t(1) << 31),
+              "fp8_fragments_to_bf16: m-tiles [", m_tile0, ", ", m_tile0 + m_tiles, ") of a [", g.rows, ", ", g.cols,
+              "] projection of ", g.m_tiles());
+  const int64_t n = m_tiles * g.k_tiles() * 128;
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, 256), 132 * 8));
+  fp8_fragments_to_bf16_kernel<<<blocks, 256, 0, stream>>>(w, g, group_scale, int32_t(m_tile0), int32_t(m_tiles), out);
+  NVFP4_CUDA_CHECK_LAUNCH("fp8_fragments_to_bf16_kernel");
+}
+
+bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale) {
+  for (const float s : tile_scale) {
+    int e = 0;
+    // E4M3 spans 2^-9 .. 448 < 2^9: every multiple stays a normal BF16 for 2^-117 <= s <= 2^118.
+    if (!(s > 0.0f) || std::frexp(s, &e) != 0.5f || e - 1 < -117 || e - 1 > 118) return false;
+  }
+  return true;
 }
 
 }  // namespace nvfp4moe::cuda

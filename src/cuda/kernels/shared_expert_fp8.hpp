@@ -6,24 +6,28 @@
 // BF16 form) and turned into BF16 in registers exactly (every E4M3 value is
 // a BF16 value).
 //
-// One kernel per projection, mma.sync m16n8k16 BF16 -> FP32:
-//   CTA   4 warps x 16 weight rows (gate/up: warp w takes 8 gate rows and
-//         the matching 8 up rows, so a lane holds gate and up of one
-//         (row, token) and writes h directly) x up to 64 tokens (the n side,
-//         8 per mma) x a range of 128-column K tiles;
-//   loop  per K tile: each lane's 4 x 16 weight bytes (layout/fp8_fragment_layout:
-//         a warp's loads are contiguous 512-byte pieces) into a register
-//         ring of stages ahead of the math, with x the same way from L1 up
-//         to 16 tokens, or beyond through a cp.async shared-memory ring for
-//         the CTA's 4 warps; the tile's partial sums are
-//         multiplied by the tile scales of the lane's two row groups and
-//         added (FP32);
-//   split when the rows x token tiles leave SMs idle (decode), the K tiles
-//         are split over gridDim.z CTAs; each writes its partial sums, and
-//         the last to arrive (a counter per output block) adds the splits
-//         in split order and runs the epilogue: the sums are deterministic.
+// One kernel per projection, mma.sync m16n8k16 BF16 -> FP32, in two forms:
+//   GEMV (up to 16 tokens) one m-tile (16 weight rows; gate/up: 8 gate
+//         rows and the matching 8 up rows, so a lane holds gate and up of
+//         one (row, token) and writes h directly) per CTA over all of K, the
+//         4 warps taking every 4th 128-column K tile, each lane's 4 x 16
+//         weight bytes (layout/fp8_fragment_layout: a warp's loads are
+//         contiguous 512-byte pieces) and x from L1 in a register ring two
+//         tiles ahead; E4M3 -> BF16 with integer operations; each tile's sums
+//         times the tile scales of the lane's two row groups, added in FP32;
+//         the warps' sums added in shared memory. Launched for programmatic
+//         dependent launch: the first weight loads overlap the previous
+//         kernel's tail.
+//   split (more tokens, and any scales) 4 warps x 16 rows x up to 64 tokens
+//         x a range of K tiles, x through a cp.async shared-memory ring
+//         beyond 16 tokens; when the rows x token tiles leave SMs idle the K
+//         tiles are split over gridDim.z CTAs, each writes its partial sums,
+//         and the last to arrive (a counter per output block) adds the
+//         splits in split order and runs the epilogue: deterministic.
 // Token tiles are the fastest grid index, so the CTAs reading the same
-// weight rows run together and share them through L2 when T > 64.
+// weight rows run together and share them through L2 when T > 64. Long
+// batches with power-of-two scales go through fp8_fragments_to_bf16 and a
+// BF16 GEMM instead (backend/device_shared_expert.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,11 +36,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/layout/fp8_fragment_layout.hpp"
+
 namespace nvfp4moe::cuda {
 
 constexpr int64_t kFp8ScaleTile = 128;   // rows and columns of one scale tile
 constexpr int64_t kFp8ScaleGroup = 8;    // weight rows per entry of a group scale table
 constexpr int64_t kFp8MaxSplitRows = 8;  // splits x token tiles (of 64) the workspace holds
+
+// Which kernels run (Auto: the GEMV form up to 16 tokens, the split form
+// beyond; the others for tests and benchmarks).
+enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv };
 
 struct SharedFp8Args {
   const __nv_bfloat16* x = nullptr;  // [T, H]
@@ -53,6 +63,7 @@ struct SharedFp8Args {
   int32_t* counters = nullptr;       // scratch [shared_fp8_counters(H, Is)], zero before the first call
   int sms = 0;                       // SMs of the device (the split choice)
   int force_splits = 0;              // > 0: this many K splits (tests, benchmarks); 0: chosen
+  Fp8SharedPath path = Fp8SharedPath::Auto;
 };
 
 // H and Is multiples of 16 (the layer's contract); 16-byte aligned x and h.
@@ -65,5 +76,18 @@ int64_t shared_fp8_counters(int64_t hidden, int64_t inter);
 std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols);
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
+
+// m-tiles [m_tile0, m_tile0 + m_tiles) of one projection in the fragment
+// layout, times their tile scales, as row-major BF16 [fp8_chunk_rows(g,
+// m_tiles), g.cols]: gate/up, the chunk's gate rows 8 m_tile0 .. then its up
+// rows Is + 8 m_tile0 ..; down, rows 16 m_tile0 .. (clipped at g.rows). The
+// prefill path hands them to a BF16 GEMM. Exact where the scales are powers
+// of two (fp8_scales_are_powers_of_two), which is when it is used.
+void fp8_fragments_to_bf16(const uint8_t* w, const Fp8FragmentGeometry& g, const float* group_scale, int64_t m_tile0,
+                           int64_t m_tiles, __nv_bfloat16* out, cudaStream_t stream);
+int64_t fp8_chunk_rows(const Fp8FragmentGeometry& g, int64_t m_tiles);
+// Whether every tile scale is a power of two whose E4M3 multiples are all
+// normal BF16 values (DeepSeek-V4's F8_E8M0 scales are).
+bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale);
 
 }  // namespace nvfp4moe::cuda

@@ -1,6 +1,6 @@
 // One-instruction PTX wrappers of the register-direct decode GEMM
 // (sm90_nvfp4_decode_gemm): streaming and read-only global loads, and the FP8
-// pair conversion. (mma.sync and the BF16 multiply live in
+// pair conversion and the byte permute. (mma.sync and the BF16 multiply live in
 // sm80_mma_cp_async.cuh.)
 #pragma once
 
@@ -30,6 +30,15 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+// Byte permute (PRMT, default mode): byte i of the result is byte sel[4i+2..4i]
+// of {b, a} (a = bytes 0-3), or with bit 4i+3 set that byte's sign bit
+// repeated over all 8 bits.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
 }
 
 // Two UE4M3 bit patterns (low byte -> low half) -> two FP16 values, exact.

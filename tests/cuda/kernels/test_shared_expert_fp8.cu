@@ -32,17 +32,28 @@ using test::TileScales;
 #define SKIP_WITHOUT_GPU() \
   if (!::nvfp4moe::cuda_available()) GTEST_SKIP() << "no CUDA device"
 
+// out[0]: the FP16-based pair conversion; out[1], out[2]: the integer one of
+// four bytes, with the pair in bytes 0-1 (and the other pair 0x38 0xb8,
+// +-1.0), then in bytes 2-3 (the other pair the same pair, swapped).
 __global__ void convert_pairs_kernel(uint32_t* out) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < 65536u) out[i] = e4m3x2_to_bf16x2(uint16_t(i));
+  if (i >= 65536u) return;
+  out[i] = e4m3x2_to_bf16x2(uint16_t(i));
+  uint32_t b01, b23, c01, c23;
+  e4m3x4_to_bf16x2(i | 0xb8380000u, b01, b23);
+  e4m3x4_to_bf16x2((i << 16) | (i >> 8) | ((i & 0xffu) << 8), c01, c23);
+  out[65536u + i] = b01;
+  out[2u * 65536u + i] = c23;
+  if (b23 != 0xbf803f80u) out[65536u + i] = 0xdeadbeefu;  // the other pair: -1.0 (high), 1.0 (low)
+  if (c01 != ((out[i] >> 16) | (out[i] << 16))) out[2u * 65536u + i] = 0xdeadbeefu;
 }
 
 TEST(SharedFp8, E4m3PairsToBf16BitExact) {
   SKIP_WITHOUT_GPU();
-  DeviceBuffer<uint32_t> d(65536);
+  DeviceBuffer<uint32_t> d(3 * 65536);
   convert_pairs_kernel<<<256, 256>>>(d.get());
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint32_t> got(65536);
+  std::vector<uint32_t> got(3 * 65536);
   d.download(got.data(), got.size());
   int checked = 0;
   for (uint32_t i = 0; i < 65536u; ++i) {
@@ -50,7 +61,8 @@ TEST(SharedFp8, E4m3PairsToBf16BitExact) {
     if ((lo & 0x7F) == 0x7F || (hi & 0x7F) == 0x7F) continue;  // NaN: refused when weights load
     const uint32_t want = uint32_t(bf16_from_float(fmt::e4m3_value(lo)).bits) |
                           (uint32_t(bf16_from_float(fmt::e4m3_value(hi)).bits) << 16);
-    ASSERT_EQ(got[i], want) << "bytes 0x" << std::hex << int(lo) << " 0x" << int(hi);
+    for (int form = 0; form < 3; ++form)
+      ASSERT_EQ(got[size_t(form) * 65536u + i], want) << "form " << form << " bytes 0x" << std::hex << int(lo) << " 0x" << int(hi);
     ++checked;
   }
   EXPECT_EQ(checked, 254 * 254);
@@ -60,11 +72,13 @@ struct Fp8Case {
   int64_t tokens, hidden, inter;
   int splits;  // 0: chosen by the kernel
   bool limit;
+  Fp8SharedPath path = Fp8SharedPath::Auto;
 };
 
 std::string case_name(const Fp8Case& c, uint64_t seed) {
   return "seed=" + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden) +
-         " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits);
+         " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits) +
+         " path=" + std::to_string(int(c.path));
 }
 
 struct Fp8Result {
@@ -112,6 +126,7 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   a.counters = counters.get();
   a.sms = sm_count();
   a.force_splits = c.splits;
+  a.path = c.path;
   shared_expert_fp8(a, nullptr);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Result r{std::vector<uint16_t>(size_t(T * Is)), std::vector<float>(size_t(T * H))};
@@ -209,16 +224,17 @@ TEST(SharedFp8, OneHotTokensShowEveryWeight) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
   Rng rng(seed);
-  const Fp8Case c{64, 272, 208, 0, false};
-  SCOPED_TRACE(case_name(c, seed));
-  const SharedExpertWeights w = test::random_fp8_shared(rng, c.hidden, c.inter, TileScales::PowersOfTwo);
-  std::vector<uint16_t> xb(size_t(c.tokens * c.hidden), 0);
-  for (int64_t t = 0; t < c.tokens; ++t) xb[size_t(t * c.hidden + (t * 37) % c.hidden)] = bf16_from_float(1.0f).bits;
-  const Fp8Result r = run_fp8(c, xb, w);
-  const std::vector<float> h_ref = reference_h(c, xb, w).h;
-  for (size_t i = 0; i < h_ref.size(); ++i)  // one BF16 step: the device's expf may differ in an FP32 ulp
-    ASSERT_NEAR(bf16_to_float(Bf16{r.h[i]}), h_ref[i], std::fabs(h_ref[i]) / 128.0f) << "h[" << i << "]";
-  check_result(c, xb, w, r);
+  for (const Fp8Case& c : {Fp8Case{64, 272, 208, 0, false}, Fp8Case{16, 272, 208, 0, false, Fp8SharedPath::Gemv}}) {
+    SCOPED_TRACE(case_name(c, seed));
+    const SharedExpertWeights w = test::random_fp8_shared(rng, c.hidden, c.inter, TileScales::PowersOfTwo);
+    std::vector<uint16_t> xb(size_t(c.tokens * c.hidden), 0);
+    for (int64_t t = 0; t < c.tokens; ++t) xb[size_t(t * c.hidden + (t * 37) % c.hidden)] = bf16_from_float(1.0f).bits;
+    const Fp8Result r = run_fp8(c, xb, w);
+    const std::vector<float> h_ref = reference_h(c, xb, w).h;
+    for (size_t i = 0; i < h_ref.size(); ++i)  // one BF16 step: the device's expf may differ in an FP32 ulp
+      ASSERT_NEAR(bf16_to_float(Bf16{r.h[i]}), h_ref[i], std::fabs(h_ref[i]) / 128.0f) << "h[" << i << "]";
+    check_result(c, xb, w, r);
+  }
 }
 
 TEST(SharedFp8, MatchesFp64OnRandomInputs) {
@@ -228,7 +244,11 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
   const Fp8Case cases[] = {
       {1, 256, 128, 0, true},   {5, 272, 208, 0, false},  {8, 512, 384, 1, true},   {9, 272, 208, 3, true},
       {16, 384, 256, 8, false}, {31, 272, 208, 0, true},  {64, 512, 256, 2, false}, {65, 272, 208, 0, true},
-      {200, 256, 144, 0, true}, {130, 384, 256, 4, false}};
+      {200, 256, 144, 0, true}, {130, 384, 256, 4, false},
+      // The GEMV form (up to 16 tokens; K tiles fewer than, equal to and more than its 4 warps).
+      {1, 256, 128, 0, true, Fp8SharedPath::Gemv}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv},
+      {12, 640, 272, 0, true, Fp8SharedPath::Gemv}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv},
+      {3, 272, 208, 2, true, Fp8SharedPath::Split}};
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE(case_name(c, seed));
     const TileScales kind = c.tokens % 2 ? TileScales::Arbitrary : TileScales::PowersOfTwo;
@@ -239,6 +259,62 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
     const Fp8Result again = run_fp8(c, xb, w);
     EXPECT_EQ(again.out, r.out);
     EXPECT_EQ(again.h, r.h);
+  }
+}
+
+// The prefill path's dequantization: every weight of a range of m-tiles of
+// both projections as the checkpoint defines it (E4M3 value x tile scale),
+// exactly, in the chunk's row order; H = 400 leaves a partial K tile.
+TEST(SharedFp8, FragmentsToBf16AreTheDequantizedWeights) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t H = 400, Is = 208;
+  const SharedExpertWeights w = test::random_fp8_shared(rng, H, Is, TileScales::PowersOfTwo);
+  std::vector<float> s13t = w.w1_scale;
+  EXPECT_TRUE(fp8_scales_are_powers_of_two(s13t));
+  s13t[0] *= 1.5f;
+  EXPECT_FALSE(fp8_scales_are_powers_of_two(s13t));
+  EXPECT_FALSE(fp8_scales_are_powers_of_two({0.0f}));
+  EXPECT_FALSE(fp8_scales_are_powers_of_two({0x1p-120f}));
+  std::vector<uint8_t> w13 = w.w1_fp8;
+  w13.insert(w13.end(), w.w3_fp8.begin(), w.w3_fp8.end());
+  std::vector<float> s13 = fp8_group_scales(w.w1_scale, Is, H);
+  const std::vector<float> s3 = fp8_group_scales(w.w3_scale, Is, H), s2 = fp8_group_scales(w.w2_scale, H, Is);
+  s13.insert(s13.end(), s3.begin(), s3.end());
+  struct Proj {
+    Fp8FragmentGeometry g;
+    std::vector<uint8_t> packed;
+    std::vector<float> table;
+  };
+  const Fp8FragmentGeometry g13{.rows = 2 * Is, .cols = H, .pairs = true}, g2{.rows = H, .cols = Is, .pairs = false};
+  for (const Proj& p : {Proj{g13, fp8_fragments(w13, g13), s13}, Proj{g2, fp8_fragments(w.w2_fp8, g2), s2}}) {
+    for (const int64_t u0 : {int64_t(0), int64_t(3)}) {
+      const int64_t n = p.g.m_tiles() - u0 - (u0 ? 0 : 2), rows = fp8_chunk_rows(p.g, n);
+      SCOPED_TRACE("pairs " + std::to_string(p.g.pairs) + " m-tiles " + std::to_string(u0) + " +" + std::to_string(n));
+      DeviceBuffer<uint8_t> dw(p.packed.size());
+      DeviceBuffer<float> ds(p.table.size());
+      DeviceBuffer<uint16_t> dout(size_t(rows * p.g.cols));
+      dw.upload(p.packed.data(), p.packed.size());
+      ds.upload(p.table.data(), p.table.size());
+      NVFP4_CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));
+      fp8_fragments_to_bf16(dw.get(), p.g, ds.get(), u0, n, reinterpret_cast<__nv_bfloat16*>(dout.get()), nullptr);
+      NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint16_t> got(dout.size());
+      dout.download(got.data(), got.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < p.g.cols; ++k) {
+          double want;
+          if (p.g.pairs) {
+            const int64_t i = 8 * u0 + r % (8 * n);
+            want = r < 8 * n ? weight_value(w.w1_fp8, w.w1_scale, H, i, k) : weight_value(w.w3_fp8, w.w3_scale, H, i, k);
+          } else {
+            want = weight_value(w.w2_fp8, w.w2_scale, Is, 16 * u0 + r, k);
+          }
+          ASSERT_EQ(double(bf16_to_float(Bf16{got[size_t(r * p.g.cols + k)]})), want) << "row " << r << " col " << k;
+        }
+    }
   }
 }
 
