@@ -29,7 +29,7 @@ void print_usage() {
       "DIR: either checkpoint layout (DeepSeek's layers.L.ffn.* or Hugging Face's model.layers.L.mlp.*);\n"
       "--mtp: L is an MTP block (mtp.L.ffn.*). Routed experts NVFP4 or MXFP4 (DeepSeek's release).\n"
       "--act: how the routed experts' inputs are staged (docs/numerics.md section 7); default nvfp4 for\n"
-      "NVFP4 experts, fp8 (DeepSeek's act_quant) for MXFP4 experts; bf16 and fp8 run on the cpu only.\n"
+      "NVFP4 experts, fp8 (DeepSeek's act_quant) for MXFP4 experts; --ep R on cuda takes nvfp4 only.\n"
       "X: hidden_states [T, H] bf16|f32; optional token_ids [T] int32|int64 (required for hash-routed\n"
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"

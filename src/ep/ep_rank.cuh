@@ -57,6 +57,12 @@ inline float ep_l1_static_scale(const MoeWeights& w, const EpCudaOptions& o) {
 // Segment layout from the config and options (host-checked geometry).
 inline SegmentLayout ep_layout(const MoeConfig& c, int ranks, const EpCudaOptions& o) {
   NVFP4_CHECK(ranks >= 1, "expert parallel: ranks must be >= 1, got ", ranks);
+  // x travels between GPUs as NVFP4 rows (codes, scales, g): the bf16 and fp8
+  // modes would need rows of their own on the wire.
+  NVFP4_CHECK(c.activation == ActivationMode::Nvfp4, "expert parallel on GPUs: activation mode ",
+              activation_mode_name(c.activation),
+              " is not supported (the ranks exchange NVFP4 rows; nvfp4 only, with NVFP4 or MXFP4 experts; "
+              "CpuEpMoe runs every mode)");
   NVFP4_CHECK(c.experts % ranks == 0, "expert parallel: experts E=", c.experts, " not divisible by ranks R=", ranks);
   NVFP4_CHECK(c.top_k <= 32, "expert parallel: top_k=", c.top_k, " above the supported 32");
   NVFP4_CHECK(o.max_tokens_per_rank >= 1 && o.max_tokens_per_rank <= (1 << 24),

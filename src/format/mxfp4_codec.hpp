@@ -69,4 +69,16 @@ NVFP4_HD uint8_t fp8_act_code(float x, float s) {
   return e4m3_from_float(v);
 }
 
+// fp8_act_code with the multiply by 1/s that the CUDA staging runs instead
+// of the division: the same byte for every x. s is NaN or a power of two in
+// [2^-23, 2^120] (amax >= 1e-4, amax <= the largest float), so 1/s is an exact
+// normal float and x * (1/s) and x / s are one rounding of the same real
+// number (tested against fp8_act_code).
+NVFP4_HD float fp8_act_inverse_scale(float s) { return 1.0f / s; }
+NVFP4_HD uint8_t fp8_act_code_by_inverse(float x, float inv_s) {
+  float v = x * inv_s;
+  v = v > kE4M3Max ? kE4M3Max : (v < -kE4M3Max ? -kE4M3Max : v);
+  return e4m3_from_float(v);
+}
+
 }  // namespace nvfp4moe::fmt

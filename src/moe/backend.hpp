@@ -19,12 +19,6 @@ class MoeBackendImpl {
   virtual void sync_errors() = 0;
 };
 
-// The CUDA kernels run NVFP4 experts with NVFP4 activations only: throws
-// naming the expert format and the activation mode otherwise. Moe checks it
-// before it looks for a device; every GPU front end checks it again when it
-// uploads the routed weights (upload_routed_weights).
-void require_cuda_expert_support(const MoeConfig& cfg, const ExpertWeights& experts);
-
 // src/cpu/
 std::unique_ptr<MoeBackendImpl> make_cpu_backend(MoeWeights weights, const MoeOptions& options);
 // src/cuda/ (throws "built without CUDA" when the library has no CUDA backend)

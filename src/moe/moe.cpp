@@ -14,18 +14,10 @@ Backend parse_backend(const std::string& s) {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
-void require_cuda_expert_support(const MoeConfig& cfg, const ExpertWeights& experts) {
-  NVFP4_CHECK(experts.format == ExpertFormat::Nvfp4 && cfg.activation == ActivationMode::Nvfp4,
-              "device cuda: routed experts are ", expert_format_name(experts.format), " with ",
-              activation_mode_name(cfg.activation), " activations; the CUDA backend runs NVFP4 routed experts with ",
-              "nvfp4 activations only (MXFP4 experts and the bf16 / fp8 modes run on the cpu backend)");
-}
-
 Moe::Moe(MoeWeights weights, const MoeOptions& options) {
   weights.config.validate();
   weights.experts.validate();
   if (options.backend == Backend::Cuda) {
-    require_cuda_expert_support(weights.config, weights.experts);
     NVFP4_CHECK(cuda_available(), "device cuda requested but no CUDA device is available",
 #ifdef NVFP4MOE_HAS_CUDA
                 " (built with CUDA)"

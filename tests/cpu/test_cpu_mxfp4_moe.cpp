@@ -18,26 +18,6 @@
 namespace nvfp4moe::test {
 namespace {
 
-// Random MXFP4 experts: every code, scales 2^-(7..9) (weights of ~N(0, 1/H)
-// magnitude for these H).
-ExpertWeights random_mxfp4_experts(Rng& rng, int64_t E, int64_t H, int64_t I) {
-  ExpertWeights ex;
-  ex.format = ExpertFormat::Mxfp4;
-  ex.count = E;
-  ex.hidden = H;
-  ex.intermediate = I;
-  auto bytes = [&](int64_t n, bool scale) {
-    std::vector<uint8_t> v(static_cast<size_t>(n));
-    for (auto& b : v) b = scale ? uint8_t(118 + rng.below(3)) : uint8_t(rng.next());
-    return v;
-  };
-  ex.w13_codes = bytes(E * 2 * I * H / 2, false);
-  ex.w13_scales = bytes(E * 2 * I * H / 32, true);
-  ex.w2_codes = bytes(E * H * I / 2, false);
-  ex.w2_scales = bytes(E * H * I / 32, true);
-  return ex;
-}
-
 std::vector<float> routed_y(MoeLayer& layer, const std::vector<float>& x, int64_t T, HostResult* result = nullptr) {
   HostResult r = layer.forward_host(HostBatch{x, T});
   if (result) *result = r;
@@ -161,18 +141,23 @@ TEST(CpuMxfp4Moe, ValidationNamesFormatAndField) {
   EXPECT_ERROR_CONTAINS(parse_activation_mode("int8"), "unknown activation mode 'int8'", "nvfp4, bf16 or fp8");
 }
 
-TEST(CpuMxfp4Moe, CudaBackendRefusesNamingTheFormat) {
+// The CUDA backend takes MXFP4 experts and every activation mode: without a
+// device the only refusal is the missing device, never the format or mode.
+TEST(CpuMxfp4Moe, CudaBackendTakesMxfp4AndEveryMode) {
   Rng rng(3);
-  MoeConfig c = small_config(64, 64, 4, 2);
-  MoeWeights w = make_synthetic_moe(c, 1);
-  w.experts = random_mxfp4_experts(rng, 4, 64, 64);
-  w.config.activation = ActivationMode::Fp8;
-  EXPECT_ERROR_CONTAINS(Moe(w, MoeOptions{.backend = Backend::Cuda}), "device cuda: routed experts are MXFP4",
-                        "with fp8 activations", "NVFP4 routed experts with nvfp4 activations only");
-  MoeWeights n = make_synthetic_moe(c, 1);
-  n.config.activation = ActivationMode::Bf16;
-  EXPECT_ERROR_CONTAINS(Moe(n, MoeOptions{.backend = Backend::Cuda}), "routed experts are NVFP4",
-                        "with bf16 activations");
+  MoeConfig c = small_config(128, 128, 4, 2);
+  for (const ExpertFormat f : {ExpertFormat::Nvfp4, ExpertFormat::Mxfp4})
+    for (const ActivationMode m : {ActivationMode::Nvfp4, ActivationMode::Bf16, ActivationMode::Fp8}) {
+      SCOPED_TRACE(::testing::Message() << expert_format_name(f) << " x " << activation_mode_name(m));
+      MoeWeights w = make_synthetic_moe(c, 1);
+      if (f == ExpertFormat::Mxfp4) w.experts = random_mxfp4_experts(rng, 4, 128, 128);
+      w.config.activation = m;
+      if (cuda_available()) {
+        EXPECT_NO_THROW(Moe(w, MoeOptions{.backend = Backend::Cuda}));
+      } else {
+        EXPECT_ERROR_CONTAINS(Moe(w, MoeOptions{.backend = Backend::Cuda}), "device cuda requested but no CUDA device");
+      }
+    }
 }
 
 }  // namespace

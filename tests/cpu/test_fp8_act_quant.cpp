@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/cpu_moe.hpp"
+#include "format/mxfp4_codec.hpp"
 #include "nvfp4moe/format.hpp"
 #include "support/test_util.hpp"
 
@@ -117,6 +118,38 @@ TEST(StageActivation, Bf16RoundsAndFp8RoundsToBf16First) {
   stage_activation_rows(ActivationMode::Fp8, x.data(), 1, 128, nullptr, 0, v.data(), g.data());
   EXPECT_EQ(v[1], 1.0f);
   EXPECT_EQ(v[2], 448.0f);
+}
+
+// The CUDA staging's multiply by 1/s (fp8_act_code_by_inverse) gives
+// fp8_act_code's byte: every scale the formula can produce (amax from the
+// floor 1e-4 to the largest float, NaN), values around every E4M3 rounding
+// boundary and the clamp, signed zeros, subnormals, infinities.
+TEST(Fp8ActQuant, MultiplyByTheInverseScaleIsTheDivision) {
+  test::Rng rng(11);
+  std::vector<float> scales;
+  for (float a = fmt::kFp8ActAmaxFloor; std::isfinite(a); a *= 1.37f) scales.push_back(fmt::fp8_act_block_scale(a));
+  scales.push_back(fmt::fp8_act_block_scale(3.4028235e38f));
+  scales.push_back(fmt::fp8_act_block_scale(NAN));
+  int64_t checked = 0;
+  for (const float s : scales) {
+    ASSERT_TRUE(std::isnan(s) || (s >= 0x1p-23f && s <= 0x1p120f)) << "scale " << s;
+    const float inv = fmt::fp8_act_inverse_scale(s);
+    auto check = [&](float q) {  // q = x / s as intended
+      const float x = q * s;
+      ASSERT_EQ(fmt::fp8_act_code_by_inverse(x, inv), fmt::fp8_act_code(x, s)) << "x " << x << " s " << s;
+      ++checked;
+    };
+    for (int b = 0; b < 0x7F; ++b) {  // every E4M3 magnitude, its neighbours and the midpoints between them
+      const float v = fmt::e4m3_value(uint8_t(b)), w = fmt::e4m3_value(uint8_t(b + 1));
+      for (const float q : {v, 0.5f * (v + w), std::nextafter(0.5f * (v + w), 0.0f), std::nextafter(v, 1e9f)}) {
+        check(q);
+        check(-q);
+      }
+    }
+    for (const float q : {0.0f, -0.0f, 448.0f, 449.0f, 1e6f, INFINITY, -INFINITY, 1e-40f, -1e-45f}) check(q);
+    for (int i = 0; i < 2000; ++i) check(float(rng.normal()) * std::exp2(float(rng.below(30)) - 10.0f));
+  }
+  EXPECT_GT(checked, 100000);
 }
 
 }  // namespace

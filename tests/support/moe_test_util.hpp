@@ -1,4 +1,4 @@
-// Helpers shared by the CPU and EP MoE tests: small DeepSeek-V4-shaped
+// Helpers shared by the CPU, CUDA and EP MoE tests: small DeepSeek-V4-shaped
 // geometries, and routing/output comparisons against the FP64 reference.
 #pragma once
 
@@ -25,6 +25,26 @@ inline MoeConfig small_config(int64_t H, int64_t I, int64_t E, int64_t k, int64_
   c.routed_scaling_factor = 1.5f;
   c.swiglu_limit = 10.0f;
   return c;
+}
+
+// Random MXFP4 experts: every code, scales 2^-(7..9) (weights of ~N(0, 1/H)
+// magnitude for these H).
+inline ExpertWeights random_mxfp4_experts(Rng& rng, int64_t E, int64_t H, int64_t I) {
+  ExpertWeights ex;
+  ex.format = ExpertFormat::Mxfp4;
+  ex.count = E;
+  ex.hidden = H;
+  ex.intermediate = I;
+  auto bytes = [&](int64_t n, bool scale) {
+    std::vector<uint8_t> v(static_cast<size_t>(n));
+    for (auto& b : v) b = scale ? uint8_t(118 + rng.below(3)) : uint8_t(rng.next());
+    return v;
+  };
+  ex.w13_codes = bytes(E * 2 * I * H / 2, false);
+  ex.w13_scales = bytes(E * 2 * I * H / 32, true);
+  ex.w2_codes = bytes(E * H * I / 2, false);
+  ex.w2_scales = bytes(E * H * I / 32, true);
+  return ex;
 }
 
 inline std::string describe(const MoeConfig& c, int64_t T) {

@@ -22,29 +22,54 @@ DeviceBuffer<T> upload(const std::vector<T>& v) {
 }  // namespace
 
 RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& cfg, RoutedKernels kernels) {
-  require_cuda_expert_support(cfg, w);  // every GPU front end passes here
+  NVFP4_CHECK(kernels == RoutedKernels::Fast || cfg.activation == ActivationMode::Nvfp4,
+              "routed experts: the reference kernels take nvfp4 activations only, not ",
+              activation_mode_name(cfg.activation));
   NVFP4_CHECK(w.hidden == cfg.hidden && w.intermediate == cfg.intermediate, "routed experts: weights are H=",
               w.hidden, " I=", w.intermediate, " but the config says H=", cfg.hidden, " I=", cfg.intermediate);
   NVFP4_CHECK(w.count > 0, "routed experts: no local experts");
   RoutedWeightsDevice d;
+  d.format = w.format;
   d.count = w.count;
   d.hidden = w.hidden;
   d.inter = w.intermediate;
   const int64_t n = w.count, H = w.hidden, I = w.intermediate;
+  const bool mx = w.format == ExpertFormat::Mxfp4;
+  // MXFP4: the kernel layouts' row-group factors take the place of g_w; the
+  // linear layout of the references holds the true scales, so g_w = 1 there.
+  std::vector<float> g13 = mx ? std::vector<float>(size_t(2 * n), 1.0f) : w.w13_global;
+  std::vector<float> g2 = mx ? std::vector<float>(size_t(n), 1.0f) : w.w2_global;
+  const LinearExperts l13{.format = w.format,
+                          .projection = Projection::GateUp,
+                          .codes = &w.w13_codes,
+                          .scales = &w.w13_scales,
+                          .count = n,
+                          .first_expert = w.first_expert,
+                          .hidden = H,
+                          .inter = I};
+  LinearExperts l2 = l13;
+  l2.projection = Projection::Down;
+  l2.codes = &w.w2_codes;
+  l2.scales = &w.w2_scales;
+  std::vector<float> f13, f2;
   if (kernels == RoutedKernels::Reference) {
     d.w13_codes = upload(w.w13_codes);
     d.w13_scales = upload(w.w13_scales);
     d.w2_codes = upload(w.w2_codes);
     d.w2_scales = upload(w.w2_scales);
   } else if (fragment_layout_fits(H, I)) {
-    d.w13_frag = upload_fragment_weights(Projection::GateUp, w.w13_codes, w.w13_scales, n, H, I);
-    d.w2_frag = upload_fragment_weights(Projection::Down, w.w2_codes, w.w2_scales, n, H, I);
+    d.w13_frag = upload_fragment_weights(l13, &f13);
+    d.w2_frag = upload_fragment_weights(l2, &f2);
   } else {
-    d.w13_tiles = upload_tile_weights(Projection::GateUp, w.w13_codes, w.w13_scales, n, H, I);
-    d.w2_tiles = upload_tile_weights(Projection::Down, w.w2_codes, w.w2_scales, n, H, I);
+    d.w13_tiles = upload_tile_weights(l13, &f13);
+    d.w2_tiles = upload_tile_weights(l2, &f2);
   }
-  d.w13_global = upload(w.w13_global);
-  d.w2_global = upload(w.w2_global);
+  if (mx && kernels == RoutedKernels::Fast) {
+    g13 = std::move(f13);
+    g2 = std::move(f2);
+  }
+  d.w13_global = upload(g13);
+  d.w2_global = upload(g2);
   if (cfg.l2_input == InputScaleMode::Static) {
     NVFP4_CHECK(int64_t(w.w2_input_scale.size()) == n, "routed experts: static L2 input scales requested but ",
                 "w2_input_scale has ", w.w2_input_scale.size(), " values for ", n, " experts");
@@ -55,7 +80,15 @@ RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfi
 
 RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, Capacity cap, RoutedKernels kernels,
                              float l1_static_g)
-    : w_(std::move(weights)), cap_(cap), kernels_(kernels), l1_static_g_(l1_static_g), limit_(cfg.swiglu_limit) {
+    : w_(std::move(weights)),
+      cap_(cap),
+      kernels_(kernels),
+      activation_(cfg.activation),
+      l1_static_g_(l1_static_g),
+      limit_(cfg.swiglu_limit) {
+  NVFP4_CHECK(kernels == RoutedKernels::Fast || activation_ == ActivationMode::Nvfp4,
+              "routed experts: the reference kernels take nvfp4 activations only, not ",
+              activation_mode_name(activation_));
   NVFP4_CHECK(w_.hidden == cfg.hidden && w_.inter == cfg.intermediate && w_.count > 0,
               "routed experts: device weights of ", w_.count, " experts, H=", w_.hidden, " I=", w_.inter,
               " for a config with H=", cfg.hidden, " I=", cfg.intermediate);
@@ -113,6 +146,8 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   p.gemm = expert_gemm_choice(local, pairs.pairs_bound, fragments(Projection::GateUp), fragments(Projection::Down));
   const OperandOrder order = p.gemm.operand_order(live_pairs);
   p.expand = in.codes != nullptr;
+  NVFP4_CHECK(!p.expand || activation_ == ActivationMode::Nvfp4, "routed experts: NVFP4 input rows with ",
+              activation_mode_name(activation_), " activations");
   p.expand_rows = ExpandRowsArgs{.codes = in.codes,
                                  .scales = in.scales,
                                  .rows_max = int32_t(in.rows),
@@ -172,7 +207,8 @@ QuantizeActArgs RoutedExperts::stage_x_args(const RoutedInput& in) const {
                          .cols = w_.hidden,
                          .scope = l1_static_g_ > 0.0f ? ActScope::Static : ActScope::PerRow,
                          .static_g = l1_static_g_ > 0.0f ? l1_static_g_ : 1.0f,
-                         .g_out = act_g_.get()};
+                         .g_out = act_g_.get(),
+                         .mode = activation_};
 }
 
 // QDQ of h per row (docs/numerics.md §2): a dynamic g per row, or the
@@ -188,7 +224,8 @@ RequantRowsArgs RoutedExperts::requant_args(const RoutedPairs& pairs, OperandOrd
                          .g_out = h_g_.get(),
                          .deq = h_deq_.get(),
                          .deq_ld = ld_h_,
-                         .deq_order = order};
+                         .deq_order = order,
+                         .mode = activation_};
 }
 
 void RoutedExperts::stage(const Plan& p, cudaStream_t s) const {
@@ -232,6 +269,7 @@ void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, flo
                          .inter = I,
                          .has_limit = limit_.has_value(),
                          .limit = limit_.value_or(0.0f),
+                         .mxfp4 = w_.format == ExpertFormat::Mxfp4,
                          .w13_codes = w_.w13_codes.get(),
                          .w13_scales = w_.w13_scales.get(),
                          .w13_global = w_.w13_global.get(),

@@ -2,7 +2,8 @@
 // rank's slice) on the GPU, and the one place their pipeline is wired:
 //
 //   L1 input -> BF16 operand rows -> gate/up GEMM + SwiGLU -> h
-//            -> requantize h (QDQ per docs/numerics.md §2) -> down GEMM x w_j -> y_pair
+//            -> requantize h (QDQ per docs/numerics.md §2; or the bf16 / fp8
+//               activation mode of §7) -> down GEMM x w_j -> y_pair
 //
 // It owns the weights in kernel layout (the fragment layout of the decode
 // and prefill kernels wherever the shape has it, else the tile layout of the
@@ -39,11 +40,13 @@ enum class RoutedKernels : uint8_t { Fast, Reference };
 
 // The weights of `count` local experts in the layout their kernels read.
 struct RoutedWeightsDevice {
+  ExpertFormat format = ExpertFormat::Nvfp4;
   int64_t count = 0, hidden = 0, inter = 0;
   FragmentWeightsDevice w13_frag, w2_frag;            // fragment layout: decode and prefill kernels
   DeviceBuffer<uint8_t> w13_tiles, w2_tiles;          // tile layout: shapes without the fragment layout
   DeviceBuffer<uint8_t> w13_codes, w13_scales, w2_codes, w2_scales;  // linear layout: the references
-  DeviceBuffer<float> w13_global, w2_global;          // [count, 2] (gate, up), [count]
+  DeviceBuffer<float> w13_global, w2_global;          // [count, 2] (gate, up), [count]: g_w (NVFP4), the
+                                                      // row groups' factors (MXFP4 in a kernel layout), 1 (MXFP4 linear)
   DeviceBuffer<float> w2_static_g;                    // [count] static g of h (L2 input), or empty
 };
 // ExpertWeights -> the layout `kernels` reads; w2_static_g when the config's
@@ -117,6 +120,7 @@ class RoutedExperts {
   RoutedWeightsDevice w_;
   Capacity cap_;
   RoutedKernels kernels_;
+  ActivationMode activation_ = ActivationMode::Nvfp4;  // how x and h become operand rows
   float l1_static_g_ = 0.0f;
   std::optional<float> limit_;
   FragmentWeights frag13_, frag2_;

@@ -20,19 +20,17 @@ __device__ __forceinline__ uint32_t part(const uint4& v, int r) {
   return r == 0 ? v.x : r == 1 ? v.y : r == 2 ? v.z : v.w;
 }
 
-// A lane's scale pair (rows g, g + 8; low byte row g) -> BF16x2 multipliers
-// s * 2^118 in both halves. cvt e4m3x2 -> f16x2 is exact, so is the rest.
-__device__ __forceinline__ void scale_multipliers(uint32_t pair, uint32_t& row_g, uint32_t& row_g8) {
-  const uint32_t h2 = ptx::cvt_e4m3x2_to_f16x2(uint16_t(pair & 0xffffu));
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-  const float a = f.x * kFragScaleBoost, b = f.y * kFragScaleBoost;
-  row_g = ptx::cvt_bf16x2_from_f32(a, a);
-  row_g8 = ptx::cvt_bf16x2_from_f32(b, b);
+// A lane's multiplier-byte pair (rows g, g + 8; low byte row g) -> the BF16x2
+// multipliers M(d) in both halves (scale_multiplier.hpp): two byte
+// extractions and two multiply-adds, the same for NVFP4 and MXFP4 weights.
+NVFP4_HD void scale_multipliers(uint32_t pair, uint32_t& row_g, uint32_t& row_g8) {
+  row_g = scale_multiplier_bf16x2(pair & 0xffu);
+  row_g8 = scale_multiplier_bf16x2((pair >> 8) & 0xffu);
 }
 
 // One lane's 16-byte fragment of a chunk (4 k16 steps of one m-tile) and its
-// scale pair -> the A fragments of the 4 steps, value(q) * s * 2^-8 in BF16
-// (exact; the epilogue multiplies by kFragEpilogue).
+// multiplier pair -> the A fragments of the 4 steps, value(q) * M(d) * 2^-126
+// in BF16 (exact; the epilogue multiplies by kFragEpilogue and g_w).
 __device__ __forceinline__ void dequant_fragment_chunk(const uint4& frag, uint32_t scale_pair, uint32_t (&a)[4][4]) {
   uint32_t s_g, s_g8;
   scale_multipliers(scale_pair, s_g, s_g8);

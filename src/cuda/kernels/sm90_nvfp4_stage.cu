@@ -13,6 +13,7 @@
 #include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_tma.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"  // fence_proxy_async_shared
+#include "format/mxfp4_codec.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/format.hpp"
 
@@ -42,6 +43,7 @@ struct StageRows {
   __nv_bfloat16* deq = nullptr;
   int64_t deq_ld = 0;
   OperandOrder deq_order;
+  ActivationMode mode = ActivationMode::Nvfp4;  // Bf16 / Fp8: the operand path only, g = 1
 };
 
 // The rows a launch stages: *num_rows (the live rows, on the device) capped
@@ -264,6 +266,34 @@ __device__ __forceinline__ float block_abs_max_shared(const uint8_t* row, int b,
   }
 }
 
+// A block of 16 values in the Bf16 or Fp8 mode (staging.hpp) -> its BF16
+// operand pairs. Fp8: the 128-column block's amax is the maximum over the 8
+// lanes that hold its 16-column blocks (consecutive blocks of consecutive
+// lanes, 8-aligned; every lane of the warp calls this, dead lanes with
+// amax 0); rounding to BF16 is monotone, so the amax of the rounded values
+// is the rounded amax.
+__device__ __forceinline__ void unquantized_block_bf16(ActivationMode mode, const float (&v)[kBlock], float amax,
+                                                       uint32_t (&o)[8]) {
+  float s = 1.0f, inv = 1.0f;
+  if (mode == ActivationMode::Fp8) {
+    float m = __bfloat162float(__float2bfloat16_rn(amax));
+#pragma unroll
+    for (int x = 1; x < kFp8ActBlock / kBlock; x <<= 1) m = abs_max_nan(m, __shfl_xor_sync(0xffffffffu, m, x));
+    s = fp8_act_block_scale(m);
+    inv = fp8_act_inverse_scale(s);
+  }
+#pragma unroll
+  for (int i = 0; i < kBlock; i += 2) {
+    float a = __bfloat162float(__float2bfloat16_rn(v[i])), b = __bfloat162float(__float2bfloat16_rn(v[i + 1]));
+    if (mode == ActivationMode::Fp8) {
+      a = e4m3_value(fp8_act_code_by_inverse(a, inv)) * s;  // exact in BF16
+      b = e4m3_value(fp8_act_code_by_inverse(b, inv)) * s;
+    }
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+    o[i / 2] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+}
+
 // Where 16-byte unit u (0..7) of 64-column chunk c goes while a chunk's
 // operand words are regrouped in shared memory: 4 * (u ^ swizzle(c % 8)).
 // NOTES: the 8 chunks of a warp store word t of unit u at once (8 distinct
@@ -342,7 +372,10 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
     if (lane == 0) warp_amax[s][warp] = m;
     __syncthreads();  // the row's maxima are in, and every thread is done with the CTA's previous row
     if (tid == 0) load_row(it + kStages - 1);  // into the stage that row used
-    if (a.per_row) {
+    const bool nvfp4 = a.mode == ActivationMode::Nvfp4;
+    if (!nvfp4) {
+      g = 1.0f;
+    } else if (a.per_row) {
       float r = 0.0f;
       for (int w = 0; w < int(blockDim.x / 32); ++w) r = abs_max_nan(r, warp_amax[s][w]);
       g = global_scale_from_amax(r);
@@ -356,11 +389,17 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
       const int b = b0 + tid;
       const bool live = b < kb;
       uint32_t o[8];
-      if (live) {
-        float v[kBlock];
-        load_block_shared<kBf16>(in, b, v);
-        const bool in_domain = kBf16 ? !block_outside[b] : block_in_quotient_domain(v);
-        qdq_block_bf16(v, in_domain, block_amax[b], div, o);
+      if (nvfp4) {
+        if (live) {
+          float v[kBlock];
+          load_block_shared<kBf16>(in, b, v);
+          const bool in_domain = kBf16 ? !block_outside[b] : block_in_quotient_domain(v);
+          qdq_block_bf16(v, in_domain, block_amax[b], div, o);
+        }
+      } else {  // every lane: the Fp8 amax is a warp shuffle
+        float v[kBlock] = {};
+        if (live) load_block_shared<kBf16>(in, b, v);
+        unquantized_block_bf16(a.mode, v, live ? block_amax[b] : 0.0f, o);
       }
       if (!kslot) {
         if (live) {
@@ -416,7 +455,10 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const bool may_kslot = s.deq && s.deq_order.may_be_kslot();
   NVFP4_CHECK(!may_kslot || s.cols % kMmaChunkK == 0, "sm90_nvfp4_stage: k-slot order needs K a multiple of ",
               kMmaChunkK, ", got K=", s.cols);
-  if (s.deq && !s.codes && !s.scales_linear && !s.scales_swizzled) return launch_operand_rows(s, rows, stream);
+  const bool operand_only = s.deq && !s.codes && !s.scales_linear && !s.scales_swizzled;
+  NVFP4_CHECK(operand_only || s.mode == ActivationMode::Nvfp4, "sm90_nvfp4_stage: activation mode ",
+              activation_mode_name(s.mode), " writes the BF16 operand only (no NVFP4 codes or scales)");
+  if (operand_only) return launch_operand_rows(s, rows, stream);
   const int threads = int(round_up(kb, 32));
   const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16 (k-slot regrouping)
   auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
@@ -439,7 +481,8 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
               ", scope per-tensor or unaligned rows); use quantize_activations_ref");
   NVFP4_CHECK(a.g_out != nullptr, "sm90_nvfp4_stage: g_out is required");
   NVFP4_CHECK(!a.deq || a.deq_ld >= a.cols, "sm90_nvfp4_stage: deq_ld ", a.deq_ld, " < K=", a.cols);
-  NVFP4_CHECK(a.scope != ActScope::Static || (is_finite(a.static_g) && a.static_g > 0.0f),
+  NVFP4_CHECK(a.mode != ActivationMode::Nvfp4 || a.scope != ActScope::Static ||
+                  (is_finite(a.static_g) && a.static_g > 0.0f),
               "sm90_nvfp4_stage: static global scale must be finite and > 0, got ", a.static_g);
   if (a.rows == 0) return;
   StageRows s;
@@ -457,6 +500,7 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
   s.deq = a.deq;
   s.deq_ld = a.deq_ld;
   s.deq_order = a.deq_order;
+  s.mode = a.mode;
   if (a.scales_swizzled)
     NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * s.kp), stream));
   launch(s, a.rows, stream);
@@ -485,6 +529,7 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
   s.deq = a.deq;
   s.deq_ld = a.deq_ld;
   s.deq_order = a.deq_order;
+  s.mode = a.mode;
   launch(s, a.rows_max, stream);
 }
 

@@ -29,6 +29,16 @@
 // Every byte comes from src/format/nvfp4_codec.hpp in docs/numerics.md §2's
 // order of operations (tests compare with the CPU quantizer and the simple
 // kernels); max is order-free and NaN propagates as in the codecs.
+//
+// The other activation modes of the routed experts (docs/numerics.md §7),
+// `mode` below, write the operand only (no codes or scales may be asked
+// for) and g = 1 for every row:
+//   * Bf16: each value rounded to BF16 (nearest even);
+//   * Fp8: rounded to BF16, then DeepSeek's act_quant per 128 consecutive
+//     columns (the last block of a row shorter when K % 128 != 0):
+//     s = fp8_act_block_scale(amax), the operand e4m3(q) * s, exact in BF16
+//     (at most 4 significant bits times a power of two). Bit for bit the
+//     values of the CPU backend's stage_activation_rows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +47,7 @@
 #include <cstdint>
 
 #include "cuda/layout/operand_order.hpp"
+#include "nvfp4moe/moe.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -61,6 +72,7 @@ struct QuantizeActArgs {
   __nv_bfloat16* deq = nullptr;         // [rows, deq_ld] value(q)*s, or null
   int64_t deq_ld = 0;                   // >= cols
   OperandOrder deq_order;               // column order of deq (default logical)
+  ActivationMode mode = ActivationMode::Nvfp4;  // Bf16 / Fp8: deq and g_out only; scope ignored
 };
 
 
@@ -77,6 +89,7 @@ struct RequantRowsArgs {
   __nv_bfloat16* deq = nullptr;               // [rows_max, deq_ld]
   int64_t deq_ld = 0;
   OperandOrder deq_order;                     // column order of deq (default logical)
+  ActivationMode mode = ActivationMode::Nvfp4;  // Bf16 / Fp8: static g ignored, g = 1
 };
 
 // Rows up to 16 * 1024 columns, PerRow or Static scope, 16-byte aligned rows.

@@ -3,15 +3,17 @@
 // shared memory (grouped_gemm_ref, sm90_nvfp4_prefill_gemm).
 //
 // Two 256-entry tables in shared memory: a code byte -> its two E2M1 values
-// as BF16x2 (low nibble in the low half), a UE4M3 byte -> (s, s) as BF16x2.
-// value(q) * s is exact in BF16 (docs/numerics.md §2), so one packed multiply per
-// two values finishes the job.
+// as BF16x2 (low nibble in the low half), a multiplier byte d -> (T(d), T(d))
+// as BF16x2 (scale_multiplier.hpp: NVFP4's s itself, MXFP4's 2^(b - base - 9)).
+// value(q) * T(d) is exact in BF16 (at most 6 significant bits, normal), so
+// one packed multiply per two values finishes the job.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "cuda/layout/scale_multiplier.hpp"
 #include "cuda/layout/tile_layout.hpp"
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "format/nvfp4_codec.hpp"
@@ -28,7 +30,7 @@ __device__ __forceinline__ void fill_tile_dequant_tables(TileDequantTables& t, i
   for (int i = tid; i < 256; i += threads) {
     __nv_bfloat162 v = __floats2bfloat162_rn(fmt::e2m1_value(uint8_t(i & 15)), fmt::e2m1_value(uint8_t(i >> 4)));
     t.code_pair_bf16x2[i] = *reinterpret_cast<uint32_t*>(&v);
-    __nv_bfloat162 s = __float2bfloat162_rn(fmt::e4m3_value(uint8_t(i)));
+    __nv_bfloat162 s = __float2bfloat162_rn(tile_scale_value(uint32_t(i)));
     t.scale_bf16x2[i] = *reinterpret_cast<uint32_t*>(&s);
   }
 }

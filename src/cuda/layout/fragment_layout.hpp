@@ -18,7 +18,8 @@
 //     registers a0..a3 (rows g, g+8, g, g+8) for columns 16t + 4s + {0,1}
 //     (a0, a1) and 16t + 4s + {2,3} (a2, a3), at the bit positions below.
 //   scales: [expert][m_tiles][k_chunks / 2][32 lanes] x 4 bytes; byte 2j + r
-//     is the UE4M3 scale of row g + 8r for chunk 2 * (index) + j, block 4c + t.
+//     is the multiplier byte (scale_multiplier.hpp: NVFP4 and MXFP4 alike) of
+//     row g + 8r for chunk 2 * (index) + j, 16-column block 4c + t.
 //
 // The dot product is invariant under a permutation of K applied to both
 // operands, so assigning logical columns to mma k-slots this way is exact.
@@ -27,13 +28,15 @@
 // register i): each register becomes the BF16 bit pattern of value(q) * 2^-126
 // — sign at bit 15, the 3 magnitude bits (E2M1 exponent and mantissa) at bits
 // 8..6, so E2M1's subnormal 0.5 maps onto BF16's subnormal and the map is
-// linear. The kernel multiplies by s * 2^118 (a BF16 product, exact) and the
-// epilogue by 2^8.
+// linear. The kernel multiplies by the block's multiplier M(d) (NVFP4: s *
+// 2^106; a BF16 product, exact) and the epilogue by kFragEpilogue = 2^20
+// (scale_multiplier.hpp).
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/layout/projection.hpp"
+#include "cuda/layout/scale_multiplier.hpp"
 #include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::cuda {
@@ -44,9 +47,6 @@ constexpr int kMmaScaleChunks = 2; // chunks per 32-bit scale word of a lane
 // Source bit of the lowest magnitude bit / of the sign, for register i, half 0.
 constexpr int kFragMagBit[4] = {6, 3, 0, 9};
 constexpr int kFragSignBit[4] = {15, 12, 14, 13};
-// value(q) * 2^-126 in the BF16 pattern: the kernel's scale and epilogue undo it.
-constexpr float kFragScaleBoost = 0x1p118f;   // multiplies f32(s) before the BF16 product
-constexpr float kFragEpilogue = 256.0f;       // 2^126 / 2^118
 
 // 8 codes (low nibbles used) -> one fragment word: codes[2 * i + h] is half h
 // of register i.
@@ -91,8 +91,9 @@ bool fragment_layout_fits(int64_t hidden, int64_t intermediate);
 // rows fill whole m-tiles and K whole scale words (I % 8, K % 128).
 FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t intermediate);
 
-// Linear NVFP4 bytes of ONE expert -> fragment layout. GateUp: codes [2I, H/2]
-// (gate rows then up rows), scales [2I, H/16]; Down: codes [H, I/2], scales [H, I/16].
+// Linear bytes of ONE expert -> fragment layout. GateUp: codes [2I, H/2]
+// (gate rows then up rows), multiplier bytes [2I, H/16] (encode_weight_scales);
+// Down: codes [H, I/2], multiplier bytes [H, I/16]. A byte permutation.
 void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden,
                       int64_t intermediate, uint8_t* out_codes, uint8_t* out_scales);
 // The inverse (tests).

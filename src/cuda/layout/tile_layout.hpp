@@ -10,11 +10,11 @@ namespace nvfp4moe::cuda {
 
 // Weights of one expert and projection are stored as [n_tiles][k_steps] chunks
 // of kTileBytes: kTileN rows x kTileK columns, codes first (32 bytes a row),
-// then scale bytes (4 a row, linear UE4M3 bit patterns). Inside each 8-byte
+// then scale bytes (4 a row: the multiplier bytes of scale_multiplier.hpp). Inside each 8-byte
 // block of 16 codes the bytes are reordered [0,4,1,5,2,6,3,7] so that lane
 // (l % 4) = j of an mma fragment reads bytes j and 4 + j (columns 2j, 2j+1
 // and 2j+8, 2j+9) as one 16-bit load. Rows and columns past N and K are zero
-// bytes (zero scale -> zero values).
+// bytes (multiplier byte 0 -> zero values).
 //   L2 (down): tile row r of n-tile t is weight row t*128 + r.
 //   L1 (gate/up fused): n-tile t covers intermediate indices i in
 //   [t*64, t*64 + 64); within each group of 16 rows, rows 0..7 are GATE rows
@@ -34,9 +34,9 @@ struct PackedGeometry {
 // L1: N = 2I (as I/64 tiles of 64 gate + 64 up rows), K = H. L2: N = H, K = I.
 PackedGeometry packed_geometry(Projection p, int64_t hidden, int64_t intermediate);
 
-// Linear NVFP4 bytes of ONE expert -> tile layout (out: bytes_per_expert()).
-// GateUp: codes [2I, H/2] (gate rows then up rows), scales [2I, H/16].
-// Down:   codes [H, I/2], scales [H, I/16].
+// Linear bytes of ONE expert -> tile layout (out: bytes_per_expert()).
+// GateUp: codes [2I, H/2] (gate rows then up rows), multiplier bytes [2I, H/16]
+// (encode_weight_scales). Down: codes [H, I/2], multiplier bytes [H, I/16].
 void pack_expert_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden,
                          int64_t intermediate, uint8_t* out);
 // The inverse (tests): tile layout -> linear codes and scales of one expert.

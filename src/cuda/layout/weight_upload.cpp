@@ -34,53 +34,95 @@ void upload_batched(int64_t count, const int64_t (&per_expert)[N], uint8_t* cons
   }
 }
 
-// Linear bytes per expert of one projection: codes, scales.
+// Linear bytes per expert of one projection: codes, scales; N, K.
 struct LinearSizes {
-  int64_t codes, scales;
+  int64_t codes, scales, n, k;
 };
-LinearSizes linear_sizes(Projection p, int64_t hidden, int64_t inter) {
+LinearSizes linear_sizes(ExpertFormat f, Projection p, int64_t hidden, int64_t inter) {
   const int64_t n = p == Projection::GateUp ? 2 * inter : hidden, k = p == Projection::GateUp ? hidden : inter;
-  return {n * k / 2, n * k / 16};
+  return {n * k / 2, n * k / (f == ExpertFormat::Mxfp4 ? 32 : 16), n, k};
 }
 
-void check_linear(const char* who, Projection p, const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
-                  int64_t count, int64_t hidden, int64_t inter) {
-  const LinearSizes l = linear_sizes(p, hidden, inter);
-  NVFP4_CHECK(count > 0 && int64_t(codes.size()) == count * l.codes && int64_t(scales.size()) == count * l.scales,
-              who, ": ", count, " experts (", p == Projection::GateUp ? "gate/up" : "down", ", H=", hidden, " I=",
-              inter, ") need ", count * l.codes, " code and ", count * l.scales, " scale bytes, got ", codes.size(),
-              " and ", scales.size());
+void check_linear(const char* who, const LinearExperts& w) {
+  NVFP4_CHECK(w.codes && w.scales, who, ": no weights");
+  const LinearSizes l = linear_sizes(w.format, w.projection, w.hidden, w.inter);
+  NVFP4_CHECK(w.count > 0 && int64_t(w.codes->size()) == w.count * l.codes &&
+                  int64_t(w.scales->size()) == w.count * l.scales,
+              who, ": ", w.count, " ", expert_format_name(w.format), " experts (",
+              w.projection == Projection::GateUp ? "gate/up" : "down", ", H=", w.hidden, " I=", w.inter, ") need ",
+              w.count * l.codes, " code and ", w.count * l.scales, " scale bytes, got ", w.codes->size(), " and ",
+              w.scales->size());
+}
+
+// Factors per expert of one projection's row groups.
+int64_t factor_groups(Projection p) { return p == Projection::GateUp ? 2 : 1; }
+
+// encode_weight_scales into scratch: (codes with zero blocks cleared, multiplier bytes).
+struct Encoded {
+  std::vector<uint8_t> codes, mult;
+};
+Encoded encode(const LinearExpertProjection& w, float* mx_factors) {
+  const LinearSizes l = linear_sizes(w.format, w.projection, w.hidden, w.inter);
+  Encoded e{std::vector<uint8_t>(w.codes, w.codes + l.codes), std::vector<uint8_t>(size_t(l.n * l.k / 16))};
+  float unused[2];
+  encode_weight_scales(w, e.codes.data(), e.mult.data(), mx_factors ? mx_factors : unused);
+  return e;
+}
+
+void resize_factors(const LinearExperts& w, std::vector<float>* f) {
+  if (f) f->assign(size_t(w.count * factor_groups(w.projection)), 1.0f);
+}
+float* factors_of(const LinearExperts& w, std::vector<float>* f, int64_t e) {
+  return f ? f->data() + e * factor_groups(w.projection) : nullptr;
 }
 
 }  // namespace
 
-FragmentWeightsDevice upload_fragment_weights(Projection p, const std::vector<uint8_t>& codes,
-                                              const std::vector<uint8_t>& scales, int64_t count, int64_t hidden,
-                                              int64_t inter) {
-  check_linear("upload_fragment_weights", p, codes, scales, count, hidden, inter);
-  const LinearSizes l = linear_sizes(p, hidden, inter);
+LinearExpertProjection LinearExperts::expert(int64_t e) const {
+  const LinearSizes l = linear_sizes(format, projection, hidden, inter);
+  return LinearExpertProjection{.format = format,
+                                .projection = projection,
+                                .hidden = hidden,
+                                .inter = inter,
+                                .codes = codes->data() + e * l.codes,
+                                .scales = scales->data() + e * l.scales,
+                                .expert = first_expert + e};
+}
+
+void pack_fragment_expert(const LinearExpertProjection& w, uint8_t* out_codes, uint8_t* out_scales,
+                          float* mx_factors) {
+  const Encoded e = encode(w, mx_factors);
+  pack_fragment_weights(w.projection, e.codes.data(), e.mult.data(), w.hidden, w.inter, out_codes, out_scales);
+}
+
+void pack_tile_expert(const LinearExpertProjection& w, uint8_t* out, float* mx_factors) {
+  const Encoded e = encode(w, mx_factors);
+  pack_expert_weights(w.projection, e.codes.data(), e.mult.data(), w.hidden, w.inter, out);
+}
+
+FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vector<float>* mx_factors) {
+  check_linear("upload_fragment_weights", w);
+  resize_factors(w, mx_factors);
   FragmentWeightsDevice d;
-  d.geometry = fragment_geometry(p, hidden, inter);
+  d.geometry = fragment_geometry(w.projection, w.hidden, w.inter);
   const int64_t per[2] = {d.geometry.code_bytes_per_expert(), d.geometry.scale_bytes_per_expert()};
-  d.codes = DeviceBuffer<uint8_t>(size_t(count * per[0]));
-  d.scales = DeviceBuffer<uint8_t>(size_t(count * per[1]));
+  d.codes = DeviceBuffer<uint8_t>(size_t(w.count * per[0]));
+  d.scales = DeviceBuffer<uint8_t>(size_t(w.count * per[1]));
   uint8_t* const dst[2] = {d.codes.get(), d.scales.get()};
-  upload_batched(count, per, dst, [&](int64_t e, uint8_t* const (&out)[2]) {
-    pack_fragment_weights(p, codes.data() + e * l.codes, scales.data() + e * l.scales, hidden, inter, out[0], out[1]);
+  upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[2]) {
+    pack_fragment_expert(w.expert(e), out[0], out[1], factors_of(w, mx_factors, e));
   });
   return d;
 }
 
-DeviceBuffer<uint8_t> upload_tile_weights(Projection p, const std::vector<uint8_t>& codes,
-                                          const std::vector<uint8_t>& scales, int64_t count, int64_t hidden,
-                                          int64_t inter) {
-  check_linear("upload_tile_weights", p, codes, scales, count, hidden, inter);
-  const LinearSizes l = linear_sizes(p, hidden, inter);
-  const int64_t per[1] = {packed_geometry(p, hidden, inter).bytes_per_expert()};
-  DeviceBuffer<uint8_t> d(size_t(count * per[0]));
+DeviceBuffer<uint8_t> upload_tile_weights(const LinearExperts& w, std::vector<float>* mx_factors) {
+  check_linear("upload_tile_weights", w);
+  resize_factors(w, mx_factors);
+  const int64_t per[1] = {packed_geometry(w.projection, w.hidden, w.inter).bytes_per_expert()};
+  DeviceBuffer<uint8_t> d(size_t(w.count * per[0]));
   uint8_t* const dst[1] = {d.get()};
-  upload_batched(count, per, dst, [&](int64_t e, uint8_t* const (&out)[1]) {
-    pack_expert_weights(p, codes.data() + e * l.codes, scales.data() + e * l.scales, hidden, inter, out[0]);
+  upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[1]) {
+    pack_tile_expert(w.expert(e), out[0], factors_of(w, mx_factors, e));
   });
   return d;
 }

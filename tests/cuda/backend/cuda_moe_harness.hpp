@@ -1,5 +1,6 @@
 // Shared pieces of the CUDA MoE tests: device forward with poisoned outputs,
-// EP8-style routing, and the CPU-backend comparison on a token subset.
+// EP8-style routing, and the CPU-backend comparison on a token subset
+// (check_against_cpu, on the CPU twin of a GPU Moe).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -149,5 +151,83 @@ inline bool all_finite(const std::vector<float>& v) {
     if (!std::isfinite(f)) return false;
   return true;
 }
+
+constexpr double kTol = 1e-2;  // docs/numerics.md §8
+constexpr int64_t kSubset = 32;
+
+// A CPU Moe equivalent to a GPU Moe holding experts [first, first+count):
+// those experts as a whole layer of E = count (ids then local).
+inline Moe cpu_twin(const MoeWeights& w) {
+  MoeWeights c = w;
+  const int64_t n = w.experts.count, H = w.config.hidden;
+  if (w.experts.first_expert != 0 || n != w.config.experts) {
+    c.config.experts = n;
+    c.config.hash_routed = false;
+    c.experts.first_expert = 0;
+    c.router.gate.assign(w.router.gate.begin() + w.experts.first_expert * H,
+                         w.router.gate.begin() + (w.experts.first_expert + n) * H);
+    c.router.bias.assign(w.router.bias.begin() + w.experts.first_expert,
+                         w.router.bias.begin() + w.experts.first_expert + n);
+    c.router.tid2eid.clear();
+    c.router.vocab = 0;
+  }
+  MoeOptions o;
+  o.backend = Backend::Cpu;
+  return Moe(std::move(c), o);
+}
+
+inline Moe gpu_moe(MoeWeights w, int64_t max_tokens, bool checked = false) {
+  MoeOptions o;
+  o.backend = Backend::Cuda;
+  o.max_tokens = max_tokens;
+  o.checked = checked;
+  return Moe(std::move(w), o);
+}
+
+// Runs the GPU Moe on T tokens (router, or caller routing `ids`/`w`), then the
+// CPU twin on a subset with the GPU's routing; checks selection (router) and
+// error. Returns the GPU output.
+inline GpuOutput check_against_cpu(Moe& gpu, Moe& cpu, const MoeWeights& w, int64_t T, uint64_t seed,
+                            const std::vector<int32_t>* ids = nullptr, const std::vector<float>* wts = nullptr,
+                            bool x_bf16 = false, bool ids64 = false, double tol = kTol) {
+  const MoeConfig& c = gpu.config();
+  const int64_t H = c.hidden, k = c.top_k, first = w.experts.first_expert, n = w.experts.count;
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " T=" << T << " H=" << H << " I=" << c.intermediate
+                                    << " E=" << c.experts << " k=" << k << " local=[" << first << "," << first + n
+                                    << ") router=" << (ids == nullptr) << " bf16=" << x_bf16);
+  Rng rng(seed);
+  std::vector<float> x = random_normal(rng, T * H);
+  if (x_bf16)
+    for (float& v : x) v = bf16_to_float(bf16_from_float(v));
+  GpuOutput g = gpu_forward(gpu, x, T, ids, wts, nullptr, x_bf16, ids64);
+  EXPECT_TRUE(all_finite(g.y)) << "non-finite GPU output";
+
+  const std::vector<int64_t> sub = token_subset(rng, T, kSubset);
+  const int64_t S = int64_t(sub.size());
+  std::vector<float> xs = rows_of(x, H, sub);
+  std::vector<int32_t> gid = rows_of(g.ids, k, sub);
+  std::vector<float> gw = rows_of(g.weights, k, sub);
+  if (!ids) {  // the router must select identically
+    const HostResult c = cpu.forward_host({.x = xs, .tokens = S});
+    const std::vector<int32_t>& cid = c.topk_ids;
+    const std::vector<float>& cw = c.topk_weights;
+    EXPECT_EQ(cid, gid) << "router selection differs from the CPU";
+    for (size_t i = 0; i < cw.size(); ++i) EXPECT_NEAR(gw[i], cw[i], 1e-6f * std::fabs(cw[i]) + 1e-7f) << "weight " << i;
+  } else {
+    EXPECT_EQ(gid, rows_of(*ids, k, sub)) << "topk_ids output is not the caller's routing";
+  }
+  // CPU on the subset with the GPU's routing (local ids for an EP slice).
+  for (int32_t& e : gid) e = (e >= first && e < first + n) ? int32_t(e - first) : -1;
+  std::vector<float> ys = cpu.forward_host({.x = xs, .tokens = S, .topk_ids = gid, .topk_weights = gw}).y;
+  double norm = 0;
+  for (float v : ys) norm += double(v) * v;
+  EXPECT_GT(norm, 1e-6 * double(ys.size())) << "the reference output is (nearly) zero: the comparison would prove nothing";
+  const double err = rel_l2(rows_of(g.y, H, sub), ys);
+  EXPECT_LE(err, tol) << "relative L2 error vs the CPU backend";
+  std::printf("    [T=%lld H=%lld E=%lld local=%lld] rel L2 vs cpu = %.3g\n", (long long)T, (long long)H,
+              (long long)c.experts, (long long)n, err);
+  return g;
+}
+
 
 }  // namespace nvfp4moe::test

@@ -26,6 +26,7 @@
 #include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
 #include "cuda/layout/fragment_layout.hpp"
 #include "cuda/layout/operand_order.hpp"
+#include "cuda/layout/weight_upload.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "support/test_util.hpp"
 
@@ -349,16 +350,23 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
     const size_t u1 = t1.size(), u2 = t2.size();
     t1.resize(u1 + size_t(q1.bytes_per_expert()));
     t2.resize(u2 + size_t(q2.bytes_per_expert()));
-    pack_expert_weights(Projection::GateUp, wc1, ws1, p.H, p.I, t1.data() + u1);
-    pack_expert_weights(Projection::Down, wc2, ws2, p.H, p.I, t2.data() + u2);
+    // The scales as the kernels read them: multiplier bytes (scale_multiplier.hpp).
+    const LinearExpertProjection l1{.projection = Projection::GateUp, .hidden = p.H, .inter = p.I, .codes = wc1,
+                                    .scales = ws1, .expert = e};
+    LinearExpertProjection l2 = l1;
+    l2.projection = Projection::Down;
+    l2.codes = wc2;
+    l2.scales = ws2;
+    pack_tile_expert(l1, t1.data() + u1, nullptr);
+    pack_tile_expert(l2, t2.data() + u2, nullptr);
     if (!has_fragment) continue;
     const size_t o1 = c1.size(), v1 = s1.size(), o2 = c2.size(), v2 = s2.size();
     c1.resize(o1 + size_t(g1.code_bytes_per_expert()));
     s1.resize(v1 + size_t(g1.scale_bytes_per_expert()));
     c2.resize(o2 + size_t(g2.code_bytes_per_expert()));
     s2.resize(v2 + size_t(g2.scale_bytes_per_expert()));
-    pack_fragment_weights(Projection::GateUp, wc1, ws1, p.H, p.I, c1.data() + o1, s1.data() + v1);
-    pack_fragment_weights(Projection::Down, wc2, ws2, p.H, p.I, c2.data() + o2, s2.data() + v2);
+    pack_fragment_expert(l1, c1.data() + o1, s1.data() + v1, nullptr);
+    pack_fragment_expert(l2, c2.data() + o2, s2.data() + v2, nullptr);
   }
   auto dt1 = to_device(t1), dt2 = to_device(t2);
   auto dc1 = to_device(c1), ds1 = to_device(s1), dc2 = to_device(c2), ds2 = to_device(s2);

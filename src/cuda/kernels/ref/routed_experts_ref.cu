@@ -3,7 +3,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/swiglu.cuh"
-#include "format/nvfp4_codec.hpp"
+#include "format/mxfp4_codec.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -16,12 +16,13 @@ using fmt::kBlock;
 constexpr int kThreads = 128;
 
 // sum_k a[k] * value(w_k) * s(w block), the weight row given as packed codes
-// and linear scales; a is the staged row (shared memory).
-__device__ __forceinline__ float dot_nvfp4_row(const float* a, const uint8_t* codes, const uint8_t* scales,
-                                               int64_t k) {
+// and linear scales (NVFP4: UE4M3 per 16; MXFP4: UE8M0 per 32, 2^(b - 127));
+// a is the staged row (shared memory).
+__device__ __forceinline__ float dot_weight_row(const float* a, const uint8_t* codes, const uint8_t* scales,
+                                                int64_t k, bool mxfp4) {
   float acc = 0.0f;
   for (int64_t b = 0; b < k / kBlock; ++b) {
-    const float s = e4m3_value(scales[b]);
+    const float s = mxfp4 ? fmt::ue8m0_value(scales[b / 2]) : e4m3_value(scales[b]);
     float part = 0.0f;
 #pragma unroll
     for (int i = 0; i < kBlock / 2; ++i) {
@@ -48,10 +49,10 @@ __global__ void routed_gate_up_ref_kernel(RoutedExpertsRefArgs a, float* h) {
   __syncthreads();
   const int64_t i = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (i >= I) return;
-  const int64_t gate_row = int64_t(e) * 2 * I + i, up_row = gate_row + I;
-  const float gate = dot_nvfp4_row(row, a.w13_codes + gate_row * (H / 2), a.w13_scales + gate_row * (H / 16), H) *
+  const int64_t gate_row = int64_t(e) * 2 * I + i, up_row = gate_row + I, kb = a.mxfp4 ? H / 32 : H / 16;
+  const float gate = dot_weight_row(row, a.w13_codes + gate_row * (H / 2), a.w13_scales + gate_row * kb, H, a.mxfp4) *
                      (a.x_g[x] * a.w13_global[2 * e]);
-  const float up = dot_nvfp4_row(row, a.w13_codes + up_row * (H / 2), a.w13_scales + up_row * (H / 16), H) *
+  const float up = dot_weight_row(row, a.w13_codes + up_row * (H / 2), a.w13_scales + up_row * kb, H, a.mxfp4) *
                    (a.x_g[x] * a.w13_global[2 * e + 1]);
   h[int64_t(pos) * I + i] = swiglu_limited(gate, up, a.has_limit, a.limit);
 }
@@ -69,7 +70,8 @@ __global__ void routed_down_ref_kernel(RoutedExpertsRefArgs a, const __nv_bfloat
   const int64_t n = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (n >= H) return;
   const int64_t wrow = int64_t(e) * H + n;
-  const float o = dot_nvfp4_row(row, a.w2_codes + wrow * (I / 2), a.w2_scales + wrow * (I / 16), I) *
+  const float o = dot_weight_row(row, a.w2_codes + wrow * (I / 2), a.w2_scales + wrow * (a.mxfp4 ? I / 32 : I / 16), I,
+                                 a.mxfp4) *
                   (h_g[pos] * a.w2_global[e]);
   y_pair[int64_t(pair) * H + n] = a.pair_weights[pair] * o;
 }

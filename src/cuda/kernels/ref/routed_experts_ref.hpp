@@ -1,7 +1,7 @@
 // The scalar reference of the routed experts' two GEMMs (the *_ref twins of
 // the grouped GEMMs, layout/grouped_gemm_plan.hpp): one thread per output
 // element, FP32 sums, exact dequantization of weights in the LINEAR layout
-// (ExpertWeights' bytes as they are) and of the L1 input as NVFP4 rows.
+// (ExpertWeights' bytes as they are, NVFP4 or MXFP4) and of the L1 input as NVFP4 rows.
 //
 //   gate/up: h[pos, i] = swiglu(g_x g_w1 (a . W1_e[i]), g_x g_w3 (a . W3_e[i]))
 //   down:    y_pair[pair, n] = w_pair * g_h g_w2 (QDQ(h) . W2_e[n])
@@ -32,12 +32,14 @@ struct RoutedExpertsRefArgs {
   int64_t hidden = 0, inter = 0;
   bool has_limit = false;
   float limit = 0.0f;
-  // The experts in the linear layout.
+  // The experts in the linear layout: NVFP4 (UE4M3 scales per 16, B = 16)
+  // or MXFP4 (UE8M0 scales per 32, B = 32; its g_w are ones).
+  bool mxfp4 = false;
   const uint8_t* w13_codes = nullptr;   // [E_local, 2I, H/2]: gate rows then up rows
-  const uint8_t* w13_scales = nullptr;  // [E_local, 2I, H/16]
+  const uint8_t* w13_scales = nullptr;  // [E_local, 2I, H/B]
   const float* w13_global = nullptr;    // [E_local, 2]
   const uint8_t* w2_codes = nullptr;    // [E_local, H, I/2]
-  const uint8_t* w2_scales = nullptr;   // [E_local, H, I/16]
+  const uint8_t* w2_scales = nullptr;   // [E_local, H, I/B]
   const float* w2_global = nullptr;     // [E_local]
 };
 

@@ -8,6 +8,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/ref/staging_ref.hpp"
 #include "cuda/kernels/staging.hpp"
+#include "format/mxfp4_codec.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/format.hpp"
 
@@ -79,6 +80,29 @@ __device__ __forceinline__ void quantize_block16(Load load, int64_t row, int64_t
   }
 }
 
+// A row in the Bf16 or Fp8 mode (staging.hpp): one thread per 128-column
+// block, in docs/numerics.md §7's order: round to BF16, the block's amax and
+// scale (Fp8), then each operand value.
+template <typename Load>
+__device__ void stage_row_unquantized(Load load, ActivationMode mode, int64_t cols, __nv_bfloat16* out,
+                                      bool kslot) {
+  for (int64_t b0 = int64_t(threadIdx.x) * kFp8ActBlock; b0 < cols; b0 += int64_t(blockDim.x) * kFp8ActBlock) {
+    const int64_t len = cols - b0 < kFp8ActBlock ? cols - b0 : kFp8ActBlock;
+    float s = 1.0f;
+    if (mode == ActivationMode::Fp8) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < len; ++i) amax = abs_max_nan(amax, __bfloat162float(__float2bfloat16_rn(load(b0 + i))));
+      s = fp8_act_block_scale(amax);
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      float v = __bfloat162float(__float2bfloat16_rn(load(b0 + i)));
+      if (mode == ActivationMode::Fp8) v = e4m3_value(fp8_act_code(v, s)) * s;  // exact in BF16
+      const int64_t col = b0 + i;
+      out[kslot ? operand_kslot_column(col) : col] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
 // |x| bits as an unsigned: order-preserving for non-negative floats, and NaN
 // (0x7fc00000) above Inf, so atomicMax propagates NaN.
 __global__ void abs_max_kernel(const void* x, bool bf16, int64_t n, unsigned* out) {
@@ -93,6 +117,13 @@ __global__ void quantize_act_ref_kernel(QuantizeActArgs a, int64_t kp) {
   const int64_t row = blockIdx.x;
   const int64_t kb = a.cols / kBlock;
   auto load = [&](int64_t i) { return load_value(a.x, a.x_is_bf16, row * a.cols + i); };
+  if (a.mode != ActivationMode::Nvfp4) {
+    if (threadIdx.x == 0) a.g_out[row] = 1.0f;
+    stage_row_unquantized(load, a.mode, a.cols, a.deq + row * a.deq_ld, a.deq_order.kslot());
+    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
+      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+    return;
+  }
   float g;
   if (a.scope == ActScope::PerRow) {
     float m = 0.0f;
@@ -117,6 +148,13 @@ __global__ void requantize_rows_ref_kernel(RequantRowsArgs a) {
   if (row >= *a.num_rows) return;
   const float* h = a.h + row * a.ld_h;
   auto load = [&](int64_t i) { return h[i]; };
+  if (a.mode != ActivationMode::Nvfp4) {
+    if (threadIdx.x == 0) a.g_out[row] = 1.0f;
+    stage_row_unquantized(load, a.mode, a.cols, a.deq + row * a.deq_ld, a.deq_order.kslot());
+    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
+      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+    return;
+  }
   float g;
   if (a.static_g_per_expert) {
     g = a.static_g_per_expert[a.row_expert[row]];
@@ -140,15 +178,19 @@ void quantize_activations_ref(const QuantizeActArgs& a, cudaStream_t stream) {
   NVFP4_CHECK(a.rows >= 0, "quantize_activations_ref: negative row count ", a.rows);
   NVFP4_CHECK(a.g_out != nullptr, "quantize_activations_ref: g_out is required");
   NVFP4_CHECK(!a.deq || a.deq_ld >= a.cols, "quantize_activations_ref: deq_ld ", a.deq_ld, " < K=", a.cols);
-  NVFP4_CHECK(a.scope != ActScope::PerTensor || a.amax_scratch,
+  NVFP4_CHECK(a.mode == ActivationMode::Nvfp4 || (a.deq && !a.codes && !a.scales_linear && !a.scales_swizzled),
+              "quantize_activations_ref: activation mode ", activation_mode_name(a.mode),
+              " writes the BF16 operand only (no NVFP4 codes or scales)");
+  NVFP4_CHECK(a.scope != ActScope::PerTensor || a.amax_scratch || a.mode != ActivationMode::Nvfp4,
               "quantize_activations_ref: per-tensor scope needs amax scratch");
-  NVFP4_CHECK(a.scope != ActScope::Static || (is_finite(a.static_g) && a.static_g > 0.0f),
+  NVFP4_CHECK(a.mode != ActivationMode::Nvfp4 || a.scope != ActScope::Static ||
+                  (is_finite(a.static_g) && a.static_g > 0.0f),
               "quantize_activations_ref: static global scale must be finite and > 0, got ", a.static_g);
   if (a.rows == 0) return;
   const int64_t k = a.cols / kBlock, kp = round_up(k, 4);
   if (a.scales_swizzled)
     NVFP4_CUDA_CHECK(cudaMemsetAsync(a.scales_swizzled, 0, size_t(round_up(a.rows, 128) * kp), stream));
-  if (a.scope == ActScope::PerTensor) tensor_abs_max(a.x, a.x_is_bf16, a.rows * a.cols, a.amax_scratch, stream);
+  if (a.scope == ActScope::PerTensor && a.mode == ActivationMode::Nvfp4) tensor_abs_max(a.x, a.x_is_bf16, a.rows * a.cols, a.amax_scratch, stream);
   quantize_act_ref_kernel<<<unsigned(a.rows), kThreads, 0, stream>>>(a, kp);
   NVFP4_CUDA_CHECK_LAUNCH("quantize_act_ref_kernel");
 }
