@@ -2,8 +2,9 @@
 // DeepSeek-layout model directory (hash layer, FP8 shared experts with
 // F8_E8M0 tile scales, sharded) and of its Hugging Face twin runs on the GPU
 // to identical outputs, within the contract's tolerance of the FP64
-// evaluation, with the CPU backend's routing; `nvfp4moe run --device cuda`
-// writes the same outputs as the in-process forward.
+// evaluation, with the CPU backend's routing, and so does the MXFP4 MTP
+// block; `nvfp4moe run --device cuda` writes the same outputs as the
+// in-process forward.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -56,6 +57,17 @@ TEST_F(CudaModelLayouts, BothLayoutsRunToIdenticalOutputsOnTheGpu) {
       EXPECT_LT(test::rel_l2(ra.y, ref), 1e-2);
       EXPECT_LT(test::rel_l2(ra.y, rc.y), 1e-2);
     }
+    // The MXFP4 MTP block (in DeepSeek's fp8 mode, its default) with the CPU's routing.
+    SCOPED_TRACE("MTP block 0");
+    MoeOptions o;
+    o.backend = Backend::Cuda;
+    o.max_tokens = T;
+    Moe gm(load_moe_layer(ModelDir(a()), 0, LoadOptions{.mtp = true}), o);
+    Moe cm(load_moe_layer(ModelDir(a()), 0, LoadOptions{.mtp = true}), MoeOptions{});
+    EXPECT_EQ(gm.config().activation, ActivationMode::Fp8);
+    const HostResult rg = gm.forward_host(HostBatch{x, T}), rc = cm.forward_host(HostBatch{x, T});
+    EXPECT_EQ(rg.topk_ids, rc.topk_ids);
+    EXPECT_LT(test::rel_l2(rg.y, rc.y), 1e-2);
   }
 }
 
