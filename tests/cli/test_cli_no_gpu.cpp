@@ -1,5 +1,7 @@
 // Without a GPU, the commands' CUDA paths are refused with a message naming
-// the option, before any output: `convert --device cuda`.
+// the option, before any output: `convert --device cuda` and `run --ep R
+// --device cuda` (which on a machine with GPUs runs R rank processes, or
+// the R ranks emulated on one GPU).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,6 +38,28 @@ TEST(CliNoGpu, ConvertOnCudaIsRefusedBeforeAnyOutput) {
   EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
   EXPECT_TRUE(says_no_gpu(r.err)) << r.err;
   EXPECT_FALSE(std::filesystem::exists(d / "out"));
+}
+
+TEST(CliNoGpu, RunEpOnCudaSaysThereIsNoGpu) {
+  SKIP_WITH_GPU();
+  const uint64_t seed = test::fresh_seed();
+  test::ScratchDir d;
+  const test::FixtureModel m = test::make_fixture_model(seed);
+  write_deepseek_layout(m, d / "model");
+  const int64_t T = 3, H = m.config.hidden;
+  test::Rng rng(seed);
+  const std::vector<float> x = test::random_normal(rng, T * H);
+  SafetensorsWriter w;
+  w.add("hidden_states", DType::F32, {T, H}, x.data());
+  w.write(d / "x.safetensors");
+  const test::ToolRun r = test::run_tool("run --ep 2 --device cuda --model " + q(d / "model") +
+                                         " --layer 1 --input " + q(d / "x.safetensors") + " --output " +
+                                         q(d / "y.safetensors"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(says_no_gpu(r.err)) << r.err;
+  EXPECT_NE(r.err.find("--ep"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_FALSE(std::filesystem::exists(d / "y.safetensors"));
 }
 
 }  // namespace
