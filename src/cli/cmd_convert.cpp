@@ -42,11 +42,7 @@ void print_usage() {
 std::optional<ConvertNumerics> make_numerics(const std::string& device) {
   if (device == "cpu") return std::nullopt;
 #ifdef NVFP4MOE_HAS_CUDA
-  auto q = std::make_shared<cuda::DeviceQuantizer>(0);
-  return ConvertNumerics{[q](const Mxfp4WeightView& w) { return q->amax(w); },
-                         [q](const Mxfp4WeightView& w) { return q->kmax(w); },
-                         [q](const Mxfp4WeightView& w, float g) { return q->requantize(w, g); },
-                         [q](const Mxfp4WeightView& w, int m) { return q->cast_lossless(w, m); }};
+  return cuda::device_convert_numerics(std::make_shared<cuda::DeviceQuantizer>(0));
 #else
   NVFP4_FAIL("--device cuda: this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
 #endif

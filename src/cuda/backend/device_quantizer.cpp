@@ -220,4 +220,10 @@ Nvfp4Tensor DeviceQuantizer::cast_lossless(const Mxfp4WeightView& w, int m) {
   return t;
 }
 
+ConvertNumerics device_convert_numerics(std::shared_ptr<DeviceQuantizer> q) {
+  return {[q](const Mxfp4WeightView& w) { return q->amax(w); }, [q](const Mxfp4WeightView& w) { return q->kmax(w); },
+          [q](const Mxfp4WeightView& w, float g) { return q->requantize(w, g); },
+          [q](const Mxfp4WeightView& w, int m) { return q->cast_lossless(w, m); }};
+}
+
 }  // namespace nvfp4moe::cuda

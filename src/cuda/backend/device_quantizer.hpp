@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,5 +96,8 @@ class DeviceQuantizer {
   std::vector<Timed> spans_;
   DeviceQuantizerTimes times_;
 };
+
+// convert's numerics (checkpoint/convert.hpp) on a DeviceQuantizer.
+ConvertNumerics device_convert_numerics(std::shared_ptr<DeviceQuantizer> q);
 
 }  // namespace nvfp4moe::cuda
