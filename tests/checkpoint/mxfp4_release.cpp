@@ -50,10 +50,9 @@ void write_mxfp4_release(const Mxfp4Release& r, const std::string& dir) {
   map.set("layers.0.attn.wq_a.scale", json::Value::string("model-00001-of-00002.safetensors"));
   s1.write(dir + "/model-00001-of-00002.safetensors");
   s2.write(dir + "/model-00002-of-00002.safetensors");
+  const json::Value metadata = json::Value::object({{"total_size", json::Value::integer(1)}});
   write_text(dir + "/model.safetensors.index.json",
-             json::dump(json::Value::object({{"metadata", json::Value::object({{"total_size", json::Value::integer(1)}})},
-                                             {"weight_map", map}}),
-                        2));
+             json::dump(json::Value::object({{"metadata", metadata}, {"weight_map", map}}), 2));
   write_text(dir + "/config.json", "{\"hidden_size\": " + std::to_string(r.hidden) + R"(, "expert_dtype": "fp4",
       "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
       "activation_scheme": "dynamic", "weight_block_size": [128, 128]}})");
