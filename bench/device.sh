@@ -3,11 +3,13 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,convert,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
-#          and the PyTorch baselines (bench/baselines_torch.py) -> $OUT/torch.json.
+#          and the PyTorch baselines (bench/baselines_torch.py) -> $OUT/torch.json;
+#   convert: `convert --device cuda` on one DeepSeek-V4-Pro layer of 48 experts
+#          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -42,6 +44,7 @@ if has_step build; then
   set +e
   targets="nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli"
   if has_step speed; then targets="$targets nvfp4moe_routed_bench"; fi
+  if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
   rc=$?
@@ -108,6 +111,21 @@ if has_step speed; then
     note "speed: routed bench rc=$rc, baselines rc=$brc"
   else
     note "speed: $ROUTED_BENCH was not built"
+  fi
+fi
+
+# The MXFP4 -> NVFP4 conversion of one layer on the GPU. Not a default step.
+CONVERT_BENCH="$BUILD/bench/nvfp4moe_convert_bench"
+if has_step convert; then
+  if [[ -x "$CONVERT_BENCH" ]]; then
+    set +e
+    timeout 300 "$CONVERT_BENCH" 48 "${TMPDIR:-/tmp}" > "$OUT/convert.log" 2>&1
+    rc=$?
+    set -e
+    cat "$OUT/convert.log"
+    note "convert: bench rc=$rc"
+  else
+    note "convert: $CONVERT_BENCH was not built"
   fi
 fi
 

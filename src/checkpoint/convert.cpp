@@ -105,12 +105,31 @@ const float* find_amax(const ConvertOptions& o, const std::string& path, const c
   return it == o.amax.end() ? nullptr : &it->second;
 }
 
+// The amax and k_max of each weight, taken once: a w1 and its w3 each ask
+// for both (the sibling may sit in another shard).
+struct WeightStats {
+  const ModelDir& dir;
+  const ConvertNumerics& num;
+  std::map<std::string, float> amaxes;
+  std::map<std::string, int> kmaxes;
+
+  float amax(const std::string& path) {
+    auto it = amaxes.find(path);
+    if (it == amaxes.end()) it = amaxes.emplace(path, num.amax(read_mxfp4_weight(dir, path))).first;
+    return it->second;
+  }
+  int kmax(const std::string& path) {
+    auto it = kmaxes.find(path);
+    if (it == kmaxes.end()) it = kmaxes.emplace(path, num.kmax(read_mxfp4_weight(dir, path))).first;
+    return it->second;
+  }
+};
+
 // The weight's amax: calibrated, or from its values; w1 and w3 share the max of theirs.
-float weight_amax(const ModelDir& dir, const Plan& plan, const ConvertOptions& o, const std::string& path) {
+float weight_amax(WeightStats& stats, const Plan& plan, const ConvertOptions& o, const std::string& path) {
   auto one = [&](const std::string& p) {
     if (const float* a = find_amax(o, p, "weight")) return *a;
-    const Mxfp4WeightView v = read_mxfp4_weight(dir, p);
-    return mxfp4_amax(v.codes(), v.scales(), v.rows, v.cols);
+    return stats.amax(p);
   };
   const std::string sib = sibling13(path);
   return std::max(one(path), !sib.empty() && plan.paths.count(sib) ? one(sib) : 0.0f);
@@ -170,6 +189,8 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
   const std::string hf_quant =
       json::dump(json::Value::object({{"producer", producer()}, {"quantization", manifest}}), 2);
 
+  const ConvertNumerics num = o.numerics ? *o.numerics : host_convert_numerics(o.threads);
+  WeightStats stats{dir, num, {}, {}};
   ConvertReport report;
   const int64_t shard_count = int64_t(model_shard_files(in).size());
   RewriteSpec spec;
@@ -191,20 +212,16 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
       const Mxfp4WeightView v = read_mxfp4_weight(dir, path);
       Nvfp4Tensor q;
       if (o.lossless) {
-        int kmax = mxfp4_kmax(v.scales(), v.rows * v.cols / 32);
+        int kmax = stats.kmax(path);
         const std::string sib = sibling13(path);
-        if (!sib.empty() && plan.paths.count(sib)) {
-          const Mxfp4WeightView s = read_mxfp4_weight(dir, sib);
-          kmax = std::max(kmax, mxfp4_kmax(s.scales(), s.rows * s.cols / 32));
-        }
-        q = cast_mxfp4_lossless(v.codes(), v.scales(), v.rows, v.cols, kmax - 8, o.threads);
+        if (!sib.empty() && plan.paths.count(sib)) kmax = std::max(kmax, stats.kmax(sib));
+        q = num.cast_lossless(v, kmax - 8);
         report.exact_blocks += q.exact_blocks;
         if (q.exact_blocks != q.blocks)
           report.inexact.push_back(t.name + ": " + std::to_string(q.blocks - q.exact_blocks) + " of " +
                                    std::to_string(q.blocks) + " blocks requantized");
       } else {
-        q = requantize_mxfp4(v.codes(), v.scales(), v.rows, v.cols,
-                             global_scale_for_amax(weight_amax(dir, plan, o, path)));
+        q = num.requantize(v, global_scale_for_amax(weight_amax(stats, plan, o, path)));
       }
       report.blocks += q.blocks;
       w.add_owned(t.name, DType::U8, {v.rows, v.cols / 2}, std::move(q.codes));

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "checkpoint/convert_expert.hpp"
 
 namespace nvfp4moe {
 
@@ -28,6 +31,10 @@ struct ConvertOptions {
   // no input_scale is written.
   std::map<std::string, float> amax;
   int threads = 0;
+  // Where the amaxes, k_max and NVFP4 bytes are computed; unset: on the host
+  // (host_convert_numerics(threads)). `nvfp4moe convert --device cuda` passes
+  // the GPU's, which give the same bytes.
+  std::optional<ConvertNumerics> numerics;
   std::function<void(const std::string&)> progress;  // one line per shard
 };
 

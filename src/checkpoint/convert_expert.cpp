@@ -4,17 +4,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checkpoint/mxfp4_weights.hpp"
 #include "common/parallel.hpp"
 #include "format/mxfp4_codec.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/types.hpp"
 
 namespace nvfp4moe {
-
-namespace {
-// E4M3 holds 2^d exactly for d in [-9, 8] (subnormal 2^-9 .. 2^8 = 256).
-constexpr int kE4M3MinExp = -9, kE4M3MaxExp = 8;
-}  // namespace
 
 float mxfp4_amax(const uint8_t* codes, const uint8_t* scales, int64_t N, int64_t K) {
   float amax = 0.0f;
@@ -67,13 +63,11 @@ Nvfp4Tensor cast_mxfp4_lossless(const uint8_t* codes, const uint8_t* scales, int
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t j = 0; j < K / 16; ++j) {
             const uint8_t sb = scales[r * kb + j / 2];
-            const int delta = int(sb) - 127 - m;
             const uint8_t* src = codes + r * (K / 2) + j * 8;
             uint8_t* dst = t.codes.data() + r * (K / 2) + j * 8;
             uint8_t* s = t.scales.data() + r * (K / 16) + j;
-            if (delta >= kE4M3MinExp && delta <= kE4M3MaxExp) {
+            if (fmt::mx_block_scale_as_e4m3(sb, m, s)) {
               std::copy(src, src + 8, dst);
-              *s = fmt::e4m3_from_float(std::ldexp(1.0f, delta));  // exact: a power of two E4M3 holds
               ++exact[size_t(r)];
               continue;
             }
@@ -89,6 +83,15 @@ Nvfp4Tensor cast_mxfp4_lossless(const uint8_t* codes, const uint8_t* scales, int
       threads);
   for (int64_t e : exact) t.exact_blocks += e;
   return t;
+}
+
+ConvertNumerics host_convert_numerics(int threads) {
+  return {[](const Mxfp4WeightView& w) { return mxfp4_amax(w.codes(), w.scales(), w.rows, w.cols); },
+          [](const Mxfp4WeightView& w) { return mxfp4_kmax(w.scales(), w.rows * w.cols / 32); },
+          [](const Mxfp4WeightView& w, float g) { return requantize_mxfp4(w.codes(), w.scales(), w.rows, w.cols, g); },
+          [threads](const Mxfp4WeightView& w, int m) {
+            return cast_mxfp4_lossless(w.codes(), w.scales(), w.rows, w.cols, m, threads);
+          }};
 }
 
 }  // namespace nvfp4moe

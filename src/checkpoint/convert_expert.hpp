@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace nvfp4moe {
@@ -30,5 +31,19 @@ Nvfp4Tensor requantize_mxfp4(const uint8_t* codes, const uint8_t* scales, int64_
 // formula under g. Rows run on `threads` threads.
 Nvfp4Tensor cast_mxfp4_lossless(const uint8_t* codes, const uint8_t* scales, int64_t N, int64_t K, int m,
                                 int threads);
+
+struct Mxfp4WeightView;
+
+// Where convert's numerics run: the functions above on the host
+// (host_convert_numerics), or a GPU's with the same bytes
+// (cuda/backend/device_quantizer.hpp). Each takes one checked MXFP4 weight.
+struct ConvertNumerics {
+  std::function<float(const Mxfp4WeightView&)> amax;              // mxfp4_amax
+  std::function<int(const Mxfp4WeightView&)> kmax;                // mxfp4_kmax over its scale bytes
+  std::function<Nvfp4Tensor(const Mxfp4WeightView&, float g)> requantize;
+  std::function<Nvfp4Tensor(const Mxfp4WeightView&, int m)> cast_lossless;
+};
+
+ConvertNumerics host_convert_numerics(int threads);
 
 }  // namespace nvfp4moe

@@ -1,6 +1,7 @@
 // `nvfp4moe convert --to nvfp4 IN OUT`: DeepSeek's MXFP4 release to an
 // NVFP4-expert checkpoint as NVIDIA ModelOpt writes it (src/checkpoint/convert.hpp).
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "checkpoint/convert.hpp"
@@ -9,6 +10,12 @@
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 
+#ifdef NVFP4MOE_HAS_CUDA
+#include <memory>
+
+#include "cuda/backend/device_quantizer.hpp"
+#endif
+
 namespace nvfp4moe::cli {
 
 namespace {
@@ -16,7 +23,7 @@ namespace {
 void print_usage() {
   std::printf(
       "usage: nvfp4moe convert --to nvfp4 IN OUT [--lossless] [--include-mtp] [--amax AMAX.safetensors]\n"
-      "                        [--threads N]\n"
+      "                        [--threads N] [--device cpu|cuda]\n"
       "IN: DeepSeek's MXFP4 release (shards + index, official names); OUT: a new directory with the same\n"
       "shards where every routed-expert weight layers.L.ffn.experts.E.w1|w2|w3 is NVFP4 (weight,\n"
       "weight_scale, weight_scale_2 [, input_scale]) and every other tensor is copied byte for byte;\n"
@@ -26,7 +33,19 @@ void print_usage() {
       "range keep their values exactly; the others are requantized and listed.\n"
       "--include-mtp: convert the mtp.* experts too (ModelOpt leaves them MXFP4).\n"
       "--amax: calibration amaxes, F32 scalars named as ModelOpt dumps them\n"
-      "(<block>.ffn.experts.<e>.<wN>_{weight,input}_quantizer._amax); input_scale is written only then.\n");
+      "(<block>.ffn.experts.<e>.<wN>_{weight,input}_quantizer._amax); input_scale is written only then.\n"
+      "--device cuda: MXFP4 decode, amaxes, NVFP4 quantization and the lossless cast on the GPU (the same\n"
+      "bytes as on the host).\n");
+}
+
+// Where the numerics run: the host's (--threads), or the GPU's.
+std::optional<ConvertNumerics> make_numerics(const std::string& device) {
+  if (device == "cpu") return std::nullopt;
+#ifdef NVFP4MOE_HAS_CUDA
+  return cuda::device_convert_numerics(std::make_shared<cuda::DeviceQuantizer>(0));
+#else
+  NVFP4_FAIL("--device cuda: this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
+#endif
 }
 
 }  // namespace
@@ -34,7 +53,7 @@ void print_usage() {
 int cmd_convert(int argc, char** argv) {
   const Args args(argc, argv,
                   {flag("help"), choice("to", {"nvfp4"}), flag("lossless"), flag("include-mtp"), text("amax"),
-                   integer("threads", 1, kMaxThreads)},
+                   integer("threads", 1, kMaxThreads), choice("device", {"cpu", "cuda"})},
                   2);
   if (args.has("help")) {
     print_usage();
@@ -49,6 +68,7 @@ int cmd_convert(int argc, char** argv) {
   o.lossless = args.has("lossless");
   o.include_mtp = args.has("include-mtp");
   o.threads = int(args.get_int("threads", 0));  // 0: every core
+  o.numerics = make_numerics(args.get("device", "cpu"));  // before any output: no GPU is an error here
   if (const auto amax = args.value("amax")) {
     const SafetensorsFile f(*amax);
     for (const TensorInfo& t : f.tensors()) {

@@ -11,6 +11,10 @@
 //          the input tokens (routing from the file, or the router on the
 //          host for its own tokens), writes its rows to a part file; the
 //          launcher joins the parts into the output (temp name + rename).
+//          With fewer GPUs than ranks, or a build without NCCL's device API,
+//          `run` runs the R ranks emulated on GPU 0 in this process instead
+//          (EpCudaEmulation: the same kernels and indexing, docs/ep.md) and
+//          says so in one line on stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +35,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "ep/nccl_launcher.hpp"
+#include "moe/backend.hpp"
 #include "moe/random_weights.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
 #endif
@@ -206,11 +211,56 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
 
 std::string part_path(const std::string& output, int rank) { return output + ".ep-rank" + std::to_string(rank); }
 
+// The tokens of a forward_host result [n, H] (BF16 values) and its routing
+// [n, k], as `run` writes them.
+void write_run_result(const std::string& path, const HostResult& r, int64_t n, int64_t H, int64_t k) {
+  std::vector<uint16_t> yb(r.y.size());
+  for (size_t i = 0; i < r.y.size(); ++i) yb[i] = bf16_from_float(r.y[i]).bits;  // exact: r.y holds BF16 values
+  SafetensorsWriter w;
+  w.add("output", DType::BF16, {n, H}, yb.data());
+  w.add("topk_ids", DType::I32, {n, k}, r.topk_ids.data());
+  w.add("topk_weights", DType::F32, {n, k}, r.topk_weights.data());
+  w.write(path);
+}
+
+void check_run_ep_args(const Args& args) {
+  NVFP4_CHECK(!args.has("static-input-scales"),
+              "--static-input-scales is not supported with --ep on cuda yet (each rank loads only its experts)");
+}
+
+// The tokens a rank holds at most: the largest chunk of T over R.
+int64_t largest_chunk(int64_t T, int R) { return std::max<int64_t>(1, ep_token_begin(T, R, 1)); }
+
+// `run --ep R --device cuda` where R rank processes cannot run (fewer GPUs
+// than R, or no NCCL device API in this build): the R ranks emulated on GPU
+// 0, each with its expert slice, its token chunk and its own router, the
+// phases rank after rank (EpCudaEmulation).
+int run_emulated(const Args& args, int R, const std::string& why) {
+  const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
+  const int layer = int(args.require_int("layer"));
+  check_run_ep_args(args);
+  std::fprintf(stderr, "nvfp4moe run: --ep %d on cuda: %s; the %d ranks run emulated on GPU 0 (docs/ep.md)\n", R,
+               why.c_str(), R);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelDir dir(model);
+  const MoeWeights w = load_moe_layer(dir, layer, LoadOptions{});
+  const MoeConfig& cfg = w.config;
+  NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
+  const RunInputs in = read_run_inputs(input, cfg, layer);
+  EpCudaOptions o;
+  o.max_tokens_per_rank = largest_chunk(in.tokens, R);
+  o.checked = true;
+  EpCudaEmulation moe(w, R, o);
+  write_run_result(output, moe.forward_host(in.batch()), in.tokens, cfg.hidden, cfg.top_k);
+  std::printf("layer %d: %d expert-parallel ranks emulated on GPU 0 in %.3f s -> %s\n", layer, R,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), output.c_str());
+  return 0;
+}
+
 int run_rank(const ep::RankEnv& env, const Args& args) {
   const std::string model = args.require("model"), input = args.require("input"), output = args.require("output");
   const int layer = int(args.require_int("layer"));
-  NVFP4_CHECK(!args.has("static-input-scales"),
-              "--static-input-scales is not supported with --ep on cuda yet (each rank loads only its experts)");
+  check_run_ep_args(args);
   const int R = env.world, me = env.rank;
   const ModelDir dir(model);
   const MoeConfig c0 = read_moe_config(dir, layer);
@@ -228,17 +278,10 @@ int run_rank(const ep::RankEnv& env, const Args& args) {
   const RunInputs in = all.rows(b, e, H, k);
   ep::NcclComm comm(env);
   EpCudaOptions o;
-  o.max_tokens_per_rank = std::max<int64_t>(1, ep_token_begin(T, R, 1));  // the largest chunk
+  o.max_tokens_per_rank = largest_chunk(T, R);
   o.checked = true;
   NcclEpMoe moe(comm.get(), w, o);
-  const HostResult r = moe.forward_host(in.batch());
-  std::vector<uint16_t> yb(r.y.size());
-  for (size_t i = 0; i < r.y.size(); ++i) yb[i] = bf16_from_float(r.y[i]).bits;
-  SafetensorsWriter part;
-  part.add("output", DType::BF16, {n, H}, yb.data());
-  part.add("topk_ids", DType::I32, {n, k}, r.topk_ids.data());
-  part.add("topk_weights", DType::F32, {n, k}, r.topk_weights.data());
-  part.write(part_path(output, me));
+  write_run_result(part_path(output, me), moe.forward_host(in.batch()), n, H, k);
   return 0;
 }
 
@@ -288,7 +331,13 @@ int cmd_run_ep_cuda(int argc, char** argv) {
   const int R = int(args.get_int("ep", 1));
   (void)args.require_int("layer");  // checked before any rank starts
   if (const auto env = ep::rank_env()) return run_rank(*env, args);
-  NVFP4_CHECK(nccl_ep_available(), "--ep ", R, " on GPUs needs NCCL: this build has none (-DNCCL_ROOT=<dir>)");
+  const int gpus = cuda_device_count();
+  NVFP4_CHECK(gpus > 0, "--ep ", R, " --device cuda: no CUDA device is available (without --device cuda, --ep ", R,
+              " emulates the ranks on the CPU)");
+  if (!nccl_ep_available()) return run_emulated(args, R, "this build has no NCCL with the device API");
+  if (gpus < R)
+    return run_emulated(args, R, "this machine has " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
+                                     ", one rank process per GPU needs " + std::to_string(R));
   const std::string output = args.require("output");
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = ep::launch_ranks(R, relaunch_args("run", argc, argv));

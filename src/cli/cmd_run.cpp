@@ -34,7 +34,8 @@ void print_usage() {
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"
       "topk_weights [T, k] f32. --ep R runs R expert-parallel ranks emulated on the CPU, or with\n"
-      "--device cuda R processes, one per GPU, over NCCL symmetric memory (docs/ep.md).\n");
+      "--device cuda R processes, one per GPU, over NCCL symmetric memory (docs/ep.md); with fewer GPUs\n"
+      "than R (or no NCCL device API) the R ranks run emulated on GPU 0, said on stderr.\n");
 }
 
 // The layer on its front end: R expert-parallel ranks emulated on the CPU,

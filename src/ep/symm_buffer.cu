@@ -22,7 +22,13 @@ SymmBuffer::SymmBuffer(ncclComm_t comm, size_t bytes, int lsa_barriers)
     if (cudaMemset(ptr_, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
       NVFP4_FAIL("SymmBuffer: clearing ", bytes, " bytes of the symmetric segment failed");
     NVFP4_NCCL_CHECK(ncclCommWindowRegister(comm, ptr_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC));
+#if defined(NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER)
+    // Newer headers (2.30) define it: the struct carries its size, magic and
+    // version, and not all of its defaults are zero.
+    ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
+#else
     ncclDevCommRequirements reqs{};  // 2.28: every field not set here must be zero
+#endif
     reqs.lsaBarrierCount = lsa_barriers;
     NVFP4_NCCL_CHECK(ncclDevCommCreate(comm, &reqs, &dev_));
     dev_created_ = true;

@@ -36,6 +36,21 @@ NVFP4_HD float ue8m0_value(uint8_t b) {
 // One MXFP4 element: value(code) * 2^(b - 127), one exact FP32 product.
 NVFP4_HD float mxfp4_value(uint8_t code, uint8_t scale_byte) { return e2m1_value(code) * ue8m0_value(scale_byte); }
 
+// ---- MXFP4 -> NVFP4 keeping the codes (ModelOpt's cast_mxfp4_to_nvfp4) -------
+
+// E4M3 holds 2^d exactly for d in [-9, 8] (the subnormal 2^-9 up to 256).
+constexpr int kE4M3MinPow2 = -9, kE4M3MaxPow2 = 8;
+
+// Under the NVFP4 global scale 2^m, a 16-block of the MX block with scale
+// byte b keeps its codes when d = b - 127 - m is in [-9, 8]; then *e4m3 is
+// the block scale 2^d (exact) and the result is true.
+NVFP4_HD bool mx_block_scale_as_e4m3(uint8_t b, int m, uint8_t* e4m3) {
+  const int d = int(b) - 127 - m;
+  if (d < kE4M3MinPow2 || d > kE4M3MaxPow2) return false;
+  *e4m3 = e4m3_from_float(bits_to_float(uint32_t(d + 127) << 23));
+  return true;
+}
+
 // ---- DeepSeek's FP8 activation quantizer (act_quant, scale_fmt "ue8m0") ------
 
 constexpr int kFp8ActBlock = 128;               // act_quant's block_size for FP4 experts

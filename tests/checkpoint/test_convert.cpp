@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/convert.hpp"
 #include "checkpoint/model_fixture.hpp"
+#include "checkpoint/mxfp4_release.hpp"
 #include "common/json.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/format.hpp"
@@ -29,60 +30,10 @@ std::string read_text(const std::string& path) {
   return std::string(b.begin(), b.end());
 }
 
-struct Release {
-  std::map<std::string, Mxfp4Matrix> experts;  // "<path>" -> its MXFP4 weight
-  std::vector<uint8_t> attn = std::vector<uint8_t>(size_t(128 * kH), 0x3A);
-  std::vector<uint8_t> attn_scale = {120};
-};
+using Release = test::Mxfp4Release;
 
-// Scales in [base, base + spread); one block of `low_block` (if set) far below.
-Mxfp4Matrix random_mxfp4(test::Rng& rng, int64_t N, int64_t K, int base, int spread) {
-  Mxfp4Matrix m{N, K, std::vector<uint8_t>(size_t(N * K / 2)), std::vector<uint8_t>(size_t(N * K / 32))};
-  for (auto& b : m.codes) b = uint8_t(rng.next());
-  for (auto& s : m.scales) s = uint8_t(base + rng.below(spread));
-  return m;
-}
-
-void write_release(const Release& r, const std::string& dir) {
-  std::filesystem::create_directories(dir + "/inference");
-  SafetensorsWriter s1, s2;
-  json::Value map = json::Value::object();
-  for (const auto& [path, m] : r.experts) {
-    SafetensorsWriter& w = path.rfind("mtp.", 0) == 0 ? s2 : s1;
-    w.add(path + ".weight", DType::I8, {m.rows, m.cols / 2}, m.codes.data());
-    w.add(path + ".scale", DType::F8E8M0, {m.rows, m.cols / 32}, m.scales.data());
-    const char* shard = &w == &s1 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
-    map.set(path + ".weight", json::Value::string(shard));
-    map.set(path + ".scale", json::Value::string(shard));
-  }
-  s1.add("layers.0.attn.wq_a.weight", DType::F8E4M3, {128, kH}, r.attn.data());
-  s1.add("layers.0.attn.wq_a.scale", DType::F8E8M0, {1, 1}, r.attn_scale.data());
-  map.set("layers.0.attn.wq_a.weight", json::Value::string("model-00001-of-00002.safetensors"));
-  map.set("layers.0.attn.wq_a.scale", json::Value::string("model-00001-of-00002.safetensors"));
-  s1.write(dir + "/model-00001-of-00002.safetensors");
-  s2.write(dir + "/model-00002-of-00002.safetensors");
-  test::write_text(dir + "/model.safetensors.index.json",
-                   json::dump(json::Value::object({{"metadata", json::Value::object({{"total_size", json::Value::integer(1)}})},
-                                                   {"weight_map", map}}), 2));
-  test::write_text(dir + "/config.json",
-                   R"({"hidden_size": 128, "expert_dtype": "fp4", "quantization_config": {"quant_method": "fp8",
-                       "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
-                       "weight_block_size": [128, 128]}})");
-  test::write_text(dir + "/inference/config.json", R"({"dim": 128})");
-  test::write_text(dir + "/tokenizer.json", "{}");
-}
-
-Release make_release(test::Rng& rng, int spread) {
-  Release r;
-  for (const char* block : {"layers.0", "mtp.0"})
-    for (int64_t e = 0; e < kE; ++e)
-      for (const char* p : {"w1", "w3", "w2"}) {
-        const bool down = std::string(p) == "w2";
-        r.experts[std::string(block) + ".ffn.experts." + std::to_string(e) + "." + p] =
-            random_mxfp4(rng, down ? kH : kI, down ? kI : kH, 118, spread);
-      }
-  return r;
-}
+Release make_release(test::Rng& rng, int spread) { return test::make_mxfp4_release(rng, spread, kH, kI, kE); }
+void write_release(const Release& r, const std::string& dir) { test::write_mxfp4_release(r, dir); }
 
 std::vector<float> nvfp4_values(const ModelDir& d, const std::string& path) {
   const TensorInfo& w = d.get(path + ".weight");
@@ -110,12 +61,12 @@ TEST(Convert, ModelOptQuantizeToNvfp4Layout) {
   const ModelDir out(d / "out");
   for (int64_t e = 0; e < kE; ++e) {
     const std::string base = "layers.0.ffn.experts." + std::to_string(e) + ".";
-    const Mxfp4Matrix &w1 = r.experts.at(base + "w1"), &w3 = r.experts.at(base + "w3");
+    const Mxfp4Matrix &w1 = r.weights.at(base + "w1"), &w3 = r.weights.at(base + "w3");
     const float g13 = global_scale_for_amax(std::max(abs_max(dequantize(w1).data(), kI * kH),
                                                      abs_max(dequantize(w3).data(), kI * kH)));
     for (const char* p : {"w1", "w3", "w2"}) {
       SCOPED_TRACE(base + p);
-      const Mxfp4Matrix& m = r.experts.at(base + p);
+      const Mxfp4Matrix& m = r.weights.at(base + p);
       const std::vector<float> x = dequantize(m);
       const float g = std::string(p) == "w2" ? global_scale_for_amax(abs_max(x.data(), m.rows * m.cols)) : g13;
       const Nvfp4Matrix want = quantize_matrix(x.data(), m.rows, m.cols, ScaleScope::Static, g);
@@ -168,7 +119,7 @@ TEST(Convert, LosslessCastKeepsInRangeBlocksExactly) {
   ScratchDir d;
   Release r = make_release(rng, 18);  // k spans 18 values: every block within E4M3's window
   // One block of expert 1's w2 far below the tensor's k_max: out of range.
-  Mxfp4Matrix& w2 = r.experts.at("layers.0.ffn.experts.1.w2");
+  Mxfp4Matrix& w2 = r.weights.at("layers.0.ffn.experts.1.w2");
   w2.scales[7] = 90;
   write_release(r, d / "in");
   ConvertOptions o;
@@ -180,7 +131,7 @@ TEST(Convert, LosslessCastKeepsInRangeBlocksExactly) {
   EXPECT_EQ(rep.inexact[0], "layers.0.ffn.experts.1.w2.weight: 2 of 512 blocks requantized");
   EXPECT_EQ(rep.blocks - rep.exact_blocks, 2);
   const ModelDir out(d / "out");
-  for (const auto& [path, m] : r.experts) {
+  for (const auto& [path, m] : r.weights) {
     SCOPED_TRACE(path);
     const std::vector<float> want = dequantize(m), got = nvfp4_values(out, path);
     int kmax = -127;
@@ -188,7 +139,7 @@ TEST(Convert, LosslessCastKeepsInRangeBlocksExactly) {
     const std::string sib = path.back() == '1' ? path.substr(0, path.size() - 1) + "3"
                             : path.back() == '3' ? path.substr(0, path.size() - 1) + "1" : "";
     if (!sib.empty())
-      for (uint8_t b : r.experts.at(sib).scales) kmax = std::max(kmax, int(b) - 127);
+      for (uint8_t b : r.weights.at(sib).scales) kmax = std::max(kmax, int(b) - 127);
     EXPECT_EQ(out.get(path + ".weight_scale_2").to_f32()[0], std::ldexp(1.0f, kmax - 8));
     for (size_t i = 0; i < want.size(); ++i) {
       if (path == "layers.0.ffn.experts.1.w2" && i / 32 == 7) continue;  // the requantized block

@@ -1,10 +1,14 @@
 // `nvfp4moe run --ep R --device cuda` end to end on one GPU (R = 1: the
 // launcher, the unique-id file, one rank process, the part file and the
-// join), against the single-GPU layer on the same checkpoint and inputs.
+// join), against the single-GPU layer on the same checkpoint and inputs;
+// and R = 2 on fewer GPUs than ranks (CUDA_VISIBLE_DEVICES=0): the ranks
+// emulated on one GPU, said on stderr, against the single-GPU run and, on a
+// machine with two GPUs, against the two rank processes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -98,6 +102,90 @@ TEST(EpCli, RunOnGpuRanksMatchesSingleGpu) {
   std::ifstream after(out, std::ios::binary);
   const std::string new_bytes((std::istreambuf_iterator<char>(after)), std::istreambuf_iterator<char>());
   EXPECT_EQ(old_bytes, new_bytes) << "a failed run changed the earlier output";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::vector<int32_t> read_ids(const std::string& file) {
+  const SafetensorsFile f(file);
+  const TensorInfo* t = f.find("topk_ids");
+  EXPECT_TRUE(t && t->dtype == DType::I32) << file;
+  if (!t) return {};
+  std::vector<int32_t> v(t->nbytes / 4);
+  std::memcpy(v.data(), t->data, t->nbytes);
+  return v;
+}
+
+TEST(EpCli, RunOnFewerGpusThanRanksIsEmulated) {
+  if (!gpu_available()) GTEST_SKIP() << "needs a CUDA device";
+  if (ep::rank_env()) GTEST_SKIP() << "not inside a rank process";
+  const std::string cli = cli_path();
+  if (cli.empty()) GTEST_SKIP() << "the nvfp4moe CLI is not built next to the tests";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  TempDir tmp;
+  auto at = [&](const char* name) { return (tmp.path / name).string(); };
+  save_moe_layer(at("model"), 0, w);
+  Rng rng(seed + 5);
+  const int64_t T = 13, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.2);
+  {
+    SafetensorsWriter wr;
+    wr.add("hidden_states", DType::F32, {T, H}, x.data());
+    wr.write(at("x.safetensors"));
+    SafetensorsWriter wr2;
+    wr2.add("hidden_states", DType::F32, {T, H}, x.data());
+    wr2.add("topk_ids", DType::I32, {T, k}, r.ids.data());
+    wr2.add("topk_weights", DType::F32, {T, k}, r.weights.data());
+    wr2.write(at("xr.safetensors"));
+  }
+  const std::string run = cli + " run --device cuda --model " + at("model") + " --layer 0";
+  // One GPU visible to the command: R = 2 is emulated.
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string first = visible && *visible ? std::string(visible).substr(0, std::string(visible).find(',')) : "0";
+  const std::string one_gpu = "CUDA_VISIBLE_DEVICES='" + first + "' ";
+
+  // Caller routing: the single-GPU layer's result.
+  ASSERT_EQ(std::system((one_gpu + run + " --ep 2 --input " + at("xr.safetensors") + " --output " +
+                         at("y_emu_r.safetensors") + " > /dev/null 2> " + at("err")).c_str()), 0)
+      << read_text(at("err"));
+  const std::string err = read_text(at("err"));
+  EXPECT_NE(err.find("--ep 2 on cuda"), std::string::npos) << err;
+  EXPECT_NE(err.find("emulated on GPU 0"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), err.size() - 1) << "one line: " << err;
+  const std::vector<float> y_emu_r = read_output(at("y_emu_r.safetensors"), T, H);
+  EXPECT_EQ(count_non_finite(y_emu_r), 0);
+  EXPECT_LE(rel_l2(y_emu_r, single_device_forward(w, x, T, r)), 1e-2);
+
+  // The router on each emulated rank against `run --device cuda` on one GPU.
+  ASSERT_EQ(std::system((one_gpu + run + " --ep 2 --input " + at("x.safetensors") + " --output " +
+                         at("y_emu.safetensors") + " > /dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system((run + " --input " + at("x.safetensors") + " --output " + at("y_one.safetensors") +
+                         " > /dev/null 2>&1").c_str()), 0);
+  const std::vector<float> y_emu = read_output(at("y_emu.safetensors"), T, H),
+                           y_one = read_output(at("y_one.safetensors"), T, H);
+  EXPECT_EQ(count_non_finite(y_emu), 0);
+  EXPECT_LE(rel_l2(y_emu, y_one), 1e-2);
+  EXPECT_EQ(read_ids(at("y_emu.safetensors")), read_ids(at("y_one.safetensors")));
+
+  // Two GPUs and NCCL: the same command runs two rank processes; the emulation equals them.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2 || !nccl_ep_available()) {
+    std::printf("[ INFO     ] fewer than 2 GPUs or no NCCL: the rank processes are not compared\n");
+    return;
+  }
+  ASSERT_EQ(std::system((run + " --ep 2 --input " + at("x.safetensors") + " --output " + at("y_nccl.safetensors") +
+                         " > /dev/null 2> " + at("err2")).c_str()), 0);
+  EXPECT_EQ(read_text(at("err2")).find("emulated"), std::string::npos) << read_text(at("err2"));
+  const std::vector<float> y_nccl = read_output(at("y_nccl.safetensors"), T, H);
+  EXPECT_LE(rel_l2(y_emu, y_nccl), 1e-2);
+  EXPECT_EQ(read_ids(at("y_emu.safetensors")), read_ids(at("y_nccl.safetensors")));
 }
 
 }  // namespace

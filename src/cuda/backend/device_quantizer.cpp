@@ -1,9 +1,11 @@
 // DeviceQuantizer (see device_quantizer.hpp).
 #include "cuda/backend/device_quantizer.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "cuda/kernels/mxfp4_decode.hpp"
 #include "cuda/kernels/staging.hpp"
 #include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/error.hpp"
@@ -19,13 +21,42 @@ void grow(DeviceBuffer<T>& b, size_t n) {
 
 // Checked before any member touches the driver.
 int usable_device(int device) {
-  NVFP4_CHECK(cuda_available(), "quantize on cuda: no CUDA device is available");
+  NVFP4_CHECK(cuda_available(), "--device cuda: no CUDA device is available");
   return device;
 }
 
 }  // namespace
 
 DeviceQuantizer::DeviceQuantizer(int device) : device_(usable_device(device)) {}
+
+template <typename F>
+void DeviceQuantizer::timed(Span what, F&& f) {
+  if (!timing_) {
+    f();
+    return;
+  }
+  Timed& t = spans_.emplace_back(Timed{what, CudaEvent(), CudaEvent()});
+  NVFP4_CUDA_CHECK(cudaEventRecord(t.begin.get(), stream_.get()));
+  f();
+  NVFP4_CUDA_CHECK(cudaEventRecord(t.end.get(), stream_.get()));
+}
+
+void DeviceQuantizer::enable_timing() {
+  timing_ = true;
+  times_ = {};
+}
+
+DeviceQuantizerTimes DeviceQuantizer::times() {
+  DeviceGuard guard(device_);
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  for (const Timed& t : spans_) {
+    float ms = 0.0f;
+    NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, t.begin.get(), t.end.get()));
+    (t.what == Span::Upload ? times_.upload_ms : t.what == Span::Kernels ? times_.kernel_ms : times_.download_ms) += ms;
+  }
+  spans_.clear();
+  return times_;
+}
 
 // On the quantizer's stream: the stream is non-blocking, so a copy on the
 // legacy default stream would not be ordered before its kernels (a pageable
@@ -37,38 +68,63 @@ void DeviceQuantizer::upload(const TensorInfo& t) {
   x_bf16_ = t.dtype == DType::BF16;
   if (x_bf16_) {
     grow(x_, size_t(n) * 2);
-    x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get());
+    timed(Span::Upload, [&] { x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get()); });
   } else {
     const std::vector<float> f = t.to_f32();  // F16 exactly, F64 rounded (beyond F32's range: Inf, refused)
     grow(x_, size_t(n) * 4);
-    x_.upload(reinterpret_cast<const uint8_t*>(f.data()), size_t(n) * 4, stream_.get());
+    timed(Span::Upload,
+          [&] { x_.upload(reinterpret_cast<const uint8_t*>(f.data()), size_t(n) * 4, stream_.get()); });
     NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // f is freed on return
   }
+  ++times_.uploads;
   x_name_ = t.name;
   x_src_ = t.data;
   x_amax_.reset();
 }
 
-float DeviceQuantizer::amax(const TensorInfo& t) {
-  NVFP4_CHECK(t.shape.size() == 2, "tensor \"", t.name, "\": quantize takes 2-D tensors, got ", t.shape.size(), "-D");
-  upload(t);
+void DeviceQuantizer::upload(const Mxfp4WeightView& w, bool decode) {
+  const std::string& name = w.weight->name;
+  const int64_t N = w.rows, K = w.cols;
+  DeviceGuard guard(device_);
+  if (name != mx_scales_name_ || w.scales() != mx_scales_src_) {
+    grow(mx_scales_, size_t(N * K / 32));
+    timed(Span::Upload, [&] { mx_scales_.upload(w.scales(), size_t(N * K / 32), stream_.get()); });
+    mx_scales_name_ = name;
+    mx_scales_src_ = w.scales();
+  }
+  if (!decode || (name == x_name_ && w.codes() == x_src_)) return;
+  if (name != mx_codes_name_ || w.codes() != mx_codes_src_) {
+    grow(mx_codes_, size_t(N * K / 2));
+    timed(Span::Upload, [&] { mx_codes_.upload(w.codes(), size_t(N * K / 2), stream_.get()); });
+    ++times_.uploads;
+    mx_codes_name_ = name;
+    mx_codes_src_ = w.codes();
+  }
+  grow(x_, size_t(N * K) * 2);
+  timed(Span::Kernels, [&] {
+    mxfp4_decode_bf16(mx_codes_.get(), mx_scales_.get(), N, K, reinterpret_cast<__nv_bfloat16*>(x_.get()),
+                      stream_.get());
+  });
+  x_bf16_ = true;
+  x_name_ = name;
+  x_src_ = w.codes();
+  x_amax_.reset();
+}
+
+float DeviceQuantizer::uploaded_amax(const std::string& name, int64_t numel) {
   if (x_amax_) return *x_amax_;  // the plan asks first, quantize then checks the same tensor
   DeviceGuard guard(device_);
-  tensor_abs_max(x_.get(), x_bf16_, t.numel(), amax_.get(), stream_.get());
+  timed(Span::Kernels, [&] { tensor_abs_max(x_.get(), x_bf16_, numel, amax_.get(), stream_.get()); });
   unsigned bits = 0;
   NVFP4_CUDA_CHECK(cudaMemcpyAsync(&bits, amax_.get(), sizeof bits, cudaMemcpyDeviceToHost, stream_.get()));
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   const float a = fmt::bits_to_float(bits);
-  NVFP4_CHECK(fmt::is_finite(a), "tensor \"", t.name, "\" holds NaN or Inf; NVFP4 weights must be finite");
+  NVFP4_CHECK(fmt::is_finite(a), "tensor \"", name, "\" holds NaN or Inf; NVFP4 weights must be finite");
   x_amax_ = a;
   return a;
 }
 
-Nvfp4Matrix DeviceQuantizer::quantize(const TensorInfo& t, float g) {
-  NVFP4_CHECK(t.shape.size() == 2 && t.shape[1] % 16 == 0, "tensor \"", t.name, "\": quantize needs [N, K] with K a "
-              "multiple of 16");
-  amax(t);  // uploads t and refuses NaN / Inf, as the host quantizer does
-  const int64_t N = t.shape[0], K = t.shape[1];
+void DeviceQuantizer::quantize_uploaded(int64_t N, int64_t K, float g) {
   DeviceGuard guard(device_);
   grow(codes_, size_t(N * K / 2));
   grow(scales_, size_t(N * K / 16));
@@ -83,19 +139,91 @@ Nvfp4Matrix DeviceQuantizer::quantize(const TensorInfo& t, float g) {
   q.g_out = g_rows_.get();
   q.codes = codes_.get();
   q.scales_linear = scales_.get();
-  stage_activations(q, stream_.get());
+  timed(Span::Kernels, [&] { stage_activations(q, stream_.get()); });
+}
+
+void DeviceQuantizer::download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K) {
+  DeviceGuard guard(device_);
+  codes.resize(size_t(N * K / 2));
+  scales.resize(size_t(N * K / 16));
+  timed(Span::Download, [&] {
+    codes_.download(codes.data(), codes.size(), stream_.get());
+    scales_.download(scales.data(), scales.size(), stream_.get());
+  });
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+float DeviceQuantizer::amax(const TensorInfo& t) {
+  NVFP4_CHECK(t.shape.size() == 2, "tensor \"", t.name, "\": quantize takes 2-D tensors, got ", t.shape.size(), "-D");
+  upload(t);
+  return uploaded_amax(t.name, t.numel());
+}
+
+Nvfp4Matrix DeviceQuantizer::quantize(const TensorInfo& t, float g) {
+  NVFP4_CHECK(t.shape.size() == 2 && t.shape[1] % 16 == 0, "tensor \"", t.name, "\": quantize needs [N, K] with K a "
+              "multiple of 16");
+  amax(t);  // uploads t and refuses NaN / Inf, as the host quantizer does
+  const int64_t N = t.shape[0], K = t.shape[1];
+  quantize_uploaded(N, K, g);
   Nvfp4Matrix m;
   m.rows = N;
   m.cols = K;
   m.scope = ScaleScope::Static;
   m.global_scale = {g};
-  m.codes.resize(size_t(N * K / 2));
-  m.scales.resize(size_t(N * K / 16));
-  NVFP4_CUDA_CHECK(cudaMemcpyAsync(m.codes.data(), codes_.get(), m.codes.size(), cudaMemcpyDeviceToHost, stream_.get()));
-  NVFP4_CUDA_CHECK(
-      cudaMemcpyAsync(m.scales.data(), scales_.get(), m.scales.size(), cudaMemcpyDeviceToHost, stream_.get()));
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  download(m.codes, m.scales, N, K);
   return m;
+}
+
+float DeviceQuantizer::amax(const Mxfp4WeightView& w) {
+  upload(w, true);
+  return uploaded_amax(w.weight->name, w.rows * w.cols);
+}
+
+int DeviceQuantizer::kmax(const Mxfp4WeightView& w) {
+  upload(w, false);
+  DeviceGuard guard(device_);
+  timed(Span::Kernels,
+        [&] { mxfp4_max_scale_byte(mx_scales_.get(), w.rows * w.cols / 32, max_byte_.get(), stream_.get()); });
+  unsigned b = 0;
+  NVFP4_CUDA_CHECK(cudaMemcpyAsync(&b, max_byte_.get(), sizeof b, cudaMemcpyDeviceToHost, stream_.get()));
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return b == 0 ? 0 : int(b) - 127;  // no non-zero byte: k_max 0, as the host's mxfp4_kmax
+}
+
+Nvfp4Tensor DeviceQuantizer::requantize(const Mxfp4WeightView& w, float g) {
+  upload(w, true);  // no NaN to look for: read_mxfp4_weight refused the NaN scale byte
+  Nvfp4Tensor t;
+  t.g = g;
+  t.blocks = w.rows * w.cols / 16;
+  quantize_uploaded(w.rows, w.cols, g);
+  download(t.codes, t.scales, w.rows, w.cols);
+  return t;
+}
+
+Nvfp4Tensor DeviceQuantizer::cast_lossless(const Mxfp4WeightView& w, int m) {
+  upload(w, true);
+  Nvfp4Tensor t;
+  t.g = std::ldexp(1.0f, m);  // as the host's cast: 2^m, subnormal for m < -126
+  t.blocks = w.rows * w.cols / 16;
+  // Every block by §2 under g (what the blocks out of E4M3's range get),
+  // then the blocks within it take back their codes and the scale 2^delta.
+  quantize_uploaded(w.rows, w.cols, t.g);
+  DeviceGuard guard(device_);
+  timed(Span::Kernels, [&] {
+    mxfp4_keep_exact_blocks(mx_codes_.get(), mx_scales_.get(), w.rows, w.cols, m, codes_.get(), scales_.get(),
+                            exact_.get(), stream_.get());
+  });
+  unsigned long long exact = 0;
+  NVFP4_CUDA_CHECK(cudaMemcpyAsync(&exact, exact_.get(), sizeof exact, cudaMemcpyDeviceToHost, stream_.get()));
+  download(t.codes, t.scales, w.rows, w.cols);
+  t.exact_blocks = int64_t(exact);
+  return t;
+}
+
+ConvertNumerics device_convert_numerics(std::shared_ptr<DeviceQuantizer> q) {
+  return {[q](const Mxfp4WeightView& w) { return q->amax(w); }, [q](const Mxfp4WeightView& w) { return q->kmax(w); },
+          [q](const Mxfp4WeightView& w, float g) { return q->requantize(w, g); },
+          [q](const Mxfp4WeightView& w, int m) { return q->cast_lossless(w, m); }};
 }
 
 }  // namespace nvfp4moe::cuda

@@ -1,21 +1,36 @@
 // DeviceQuantizer: NVFP4 quantization of host tensors on a GPU, for
-// `nvfp4moe quantize --device cuda`: a tensor is uploaded once (BF16 as it
-// is, other float types as F32), its amax and its codes and block scales
-// under a given global scale come from the activation staging's kernels
-// (kernels/staging.hpp), which give the host quantizer's bytes
-// (docs/numerics.md §2). Every copy and kernel runs on its own stream. Device buffers grow to the largest tensor seen.
+// `nvfp4moe quantize --device cuda` and `nvfp4moe convert --device cuda`:
+// a tensor is uploaded once (BF16 as it is, other float types as F32; an
+// MXFP4 weight as its codes and UE8M0 bytes, decoded to BF16 on the device,
+// exactly: kernels/mxfp4_decode.hpp), its amax and its codes and block
+// scales under a given global scale come from the activation staging's
+// kernels (kernels/staging.hpp), which give the host quantizer's bytes
+// (docs/numerics.md §2). Every copy and kernel runs on its own stream.
+// Device buffers grow to the largest tensor seen.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "checkpoint/convert_expert.hpp"
+#include "checkpoint/mxfp4_weights.hpp"
 #include "cuda/cuda_check.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/format.hpp"
 #include "nvfp4moe/types.hpp"
 
 namespace nvfp4moe::cuda {
+
+// Device time spent by a DeviceQuantizer since enable_timing(): milliseconds
+// between CUDA events on its stream around the uploads, the kernels and the
+// downloads of each call.
+struct DeviceQuantizerTimes {
+  double upload_ms = 0, kernel_ms = 0, download_ms = 0;
+  int64_t uploads = 0;  // tensors sent to the device
+};
 
 class DeviceQuantizer {
  public:
@@ -28,9 +43,31 @@ class DeviceQuantizer {
   // (global_scale holds g); K a multiple of 16, NaN or Inf an error.
   Nvfp4Matrix quantize(const TensorInfo& t, float g);
 
+  // An MXFP4 weight as read by read_mxfp4_weight (its scale bytes checked):
+  // the functions of checkpoint/convert_expert.hpp, the same results.
+  float amax(const Mxfp4WeightView& w);               // mxfp4_amax
+  int kmax(const Mxfp4WeightView& w);                 // mxfp4_kmax of its scale bytes
+  Nvfp4Tensor requantize(const Mxfp4WeightView& w, float g);  // requantize_mxfp4
+  Nvfp4Tensor cast_lossless(const Mxfp4WeightView& w, int m);  // cast_mxfp4_lossless
+
+  void enable_timing();
+  DeviceQuantizerTimes times();  // synchronises
+
  private:
+  enum class Span { Upload, Kernels, Download };
+  // Events around work queued by f on the stream, when timing is on.
+  template <typename F>
+  void timed(Span what, F&& f);
   // Uploads t unless it is the tensor uploaded last.
   void upload(const TensorInfo& t);
+  // Uploads w's codes and scale bytes (unless uploaded last) and, when
+  // decode, its BF16 values into x_.
+  void upload(const Mxfp4WeightView& w, bool decode);
+  // The amax of the tensor in x_ (numel values), refusing NaN / Inf.
+  float uploaded_amax(const std::string& name, int64_t numel);
+  // Queues the quantization of x_ [N, K] under g into codes_ / scales_.
+  void quantize_uploaded(int64_t N, int64_t K, float g);
+  void download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K);
 
   int device_;
   CudaStream stream_;
@@ -42,6 +79,25 @@ class DeviceQuantizer {
   DeviceBuffer<uint8_t> codes_, scales_;
   DeviceBuffer<float> g_rows_;
   DeviceBuffer<unsigned> amax_{1};
+  // The MXFP4 weight whose codes and UE8M0 bytes were uploaded last (x_
+  // holds its values when x_name_ / x_src_ name it).
+  DeviceBuffer<uint8_t> mx_codes_, mx_scales_;
+  std::string mx_codes_name_, mx_scales_name_;
+  const void* mx_codes_src_ = nullptr;
+  const void* mx_scales_src_ = nullptr;
+  DeviceBuffer<unsigned> max_byte_{1};
+  DeviceBuffer<unsigned long long> exact_{1};
+
+  bool timing_ = false;
+  struct Timed {
+    Span what;
+    CudaEvent begin, end;
+  };
+  std::vector<Timed> spans_;
+  DeviceQuantizerTimes times_;
 };
+
+// convert's numerics (checkpoint/convert.hpp) on a DeviceQuantizer.
+ConvertNumerics device_convert_numerics(std::shared_ptr<DeviceQuantizer> q);
 
 }  // namespace nvfp4moe::cuda
