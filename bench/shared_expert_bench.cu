@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   const double read_bw = measure_read_bandwidth(int64_t(2) << 30, 10);
   const double peak = measure_bf16_gemm_flops(8192, 8192, 8192, 5);
   std::printf("ceilings: HBM read %.2f TB/s, BF16 dense %.0f TFLOP/s\n\n", read_bw / 1e12, peak / 1e12);
-  std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | FP8 roofline us | FP8 fraction | FP8 us: split / GEMV / dequant + GEMM |\n");
+  std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | FP8 roofline us | FP8 fraction | FP8 us: split / GEMV / wgmma / dequant + GEMM |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Geometry g : {Geometry{"V4-Pro", 7168, 3072}, Geometry{"V4-Flash", 4096, 2048}}) {
     MoeConfig cfg = dsv4_pro_config();
@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
       const double t16 = timed(bf16), t8 = timed(fp8);
       std::string sweep;
       using Choice = DeviceSharedExpert::Fp8Choice;
-      const Choice variants[] = {{Fp8SharedPath::Split, 0, 0}, {Fp8SharedPath::Gemv, 0, 0}, {Fp8SharedPath::Auto, 0, 1}};
+      const Choice variants[] = {{Fp8SharedPath::Split, 0, 0}, {Fp8SharedPath::Gemv, 0, 0},
+                                 {Fp8SharedPath::Wgmma, 0, 0}, {Fp8SharedPath::Auto, 0, 1}};
       for (const Choice& v : variants) {
         char cell[32] = "-";
         if (v.kernels != Fp8SharedPath::Gemv || T <= 16) {

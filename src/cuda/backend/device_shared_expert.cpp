@@ -50,6 +50,8 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
     sms_ = sm_count();
     fp8_pow2_ = fp8_scales_are_powers_of_two(w.w1_scale) && fp8_scales_are_powers_of_two(w.w3_scale) &&
                 fp8_scales_are_powers_of_two(w.w2_scale);
+    fp8_fold_ = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
+                fp8_scales_are_powers_of_two(w.w2_scale, 7);
     if (fp8_pow2_ && max_tokens >= kFp8GemmMinTokens)
       fp8_chunk_ = DeviceBuffer<__nv_bfloat16>(size_t(std::min(kFp8GemmChunkRows, std::max(2 * inter_, hidden_))) *
                                                size_t(std::max(hidden_, inter_)));
@@ -63,6 +65,10 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
   xb_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(hidden_));
   h_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(inter_));
   gate_up_ = DeviceBuffer<float>(size_t(max_tokens) * 2 * size_t(inter_));
+  if (format_ == SharedExpertFormat::Fp8Block && fp8_fold_ && max_tokens > 16 && hidden_ % 64 == 0 && inter_ % 64 == 0) {
+    x_perm_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(hidden_));
+    wgmma_maps_ = std::make_unique<Fp8WgmmaMaps>(make_fp8_wgmma_maps(x_perm_.get(), h_.get(), max_tokens, hidden_, inter_));
+  }
   shared_expert_ref_prepare(hidden_, inter_);
 }
 
@@ -100,7 +106,10 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .counters = counters_.get(),
                           .sms = sms_,
                           .force_splits = fp8_choice_.splits,
-                          .path = fp8_choice_.kernels};
+                          .path = fp8_choice_.kernels,
+                          .scales_fold = fp8_fold_,
+                          .x_perm = x_perm_.get(),
+                          .wgmma_maps = wgmma_maps_.get()};
     const bool gemm = fp8_choice_.dequant_gemm < 0 ? tokens >= kFp8GemmMinTokens : fp8_choice_.dequant_gemm > 0;
     if (gemm && fp8_pow2_ && fp8_chunk_.size() > 0) {
       run_fp8_dequant_gemm(xb, tokens, out, stream);

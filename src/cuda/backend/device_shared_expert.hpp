@@ -35,7 +35,7 @@ namespace nvfp4moe::cuda {
 // From this many tokens an FP8 forward with power-of-two tile scales runs
 // as dequantization + BF16 GEMM (measured crossover on the H200,
 // docs/performance.md); rows dequantized per GEMM.
-constexpr int64_t kFp8GemmMinTokens = 256;
+constexpr int64_t kFp8GemmMinTokens = 1024;
 constexpr int64_t kFp8GemmChunkRows = 2048;
 
 class DeviceSharedExpert {
@@ -73,6 +73,9 @@ class DeviceSharedExpert {
   DeviceBuffer<__nv_bfloat16> fp8_chunk_;  // Fp8Block, max_tokens >= kFp8GemmMinTokens, power-of-two scales:
                                            // [kFp8GemmChunkRows, max(H, Is)] dequantized rows
   bool fp8_pow2_ = false;
+  bool fp8_fold_ = false;                   // Fp8Block: tile factors 2^-117 .. 2^7 (the wgmma form)
+  DeviceBuffer<__nv_bfloat16> x_perm_;      // Fp8Block, fp8_fold_, max_tokens > 16: [max_tokens, H]
+  std::unique_ptr<Fp8WgmmaMaps> wgmma_maps_;  // of x_perm_ and h_
   int sms_ = 0;
   Fp8Choice fp8_choice_;
   DeviceBuffer<uint8_t> cublas_ws_;       // declared before the handle: outlives it

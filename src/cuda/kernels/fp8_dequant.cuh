@@ -29,12 +29,15 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t pair) {
 // mantissa at 6..4: the BF16 pattern of value x 2^-120 (normal or, for
 // E4M3's subnormals, BF16's subnormal: the map is linear), which one exact
 // BF16 multiply by 2^120 restores. NaN (0x7F) does not survive (see above).
-__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t four, uint32_t& b01, uint32_t& b23) {
-  constexpr uint32_t kMask = 0x87f087f0u;        // sign | exponent and mantissa, per half
-  constexpr uint32_t kTwoTo120 = 0x7b807b80u;    // BF16 2^120 in both halves
+// `mult` may carry a power-of-two factor 2^e with it (BF16x2 of 2^(120 + e),
+// -117 <= e <= 7): the products value * 2^e stay normal BF16 values, exact.
+constexpr uint32_t kE4m3TwoTo120 = 0x7b807b80u;  // BF16 2^120 in both halves
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t four, uint32_t& b01, uint32_t& b23,
+                                                 uint32_t mult = kE4m3TwoTo120) {
+  constexpr uint32_t kMask = 0x87f087f0u;  // sign | exponent and mantissa, per half
   const uint32_t z01 = ptx::prmt(four, 0u, 0x9180u), z23 = ptx::prmt(four, 0u, 0xb3a2u);
-  b01 = ptx::mul_bf16x2((z01 << 4) & kMask, kTwoTo120);
-  b23 = ptx::mul_bf16x2((z23 << 4) & kMask, kTwoTo120);
+  b01 = ptx::mul_bf16x2((z01 << 4) & kMask, mult);
+  b23 = ptx::mul_bf16x2((z23 << 4) & kMask, mult);
 }
 
 }  // namespace nvfp4moe::cuda

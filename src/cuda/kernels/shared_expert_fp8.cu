@@ -467,6 +467,10 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
   NVFP4_CHECK(shared_fp8_supports(a), "shared_expert_fp8: unsupported T=", a.tokens, " H=", a.hidden, " Is=", a.inter,
               " (H and Is multiples of 16, 16-byte aligned x, weights and h)");
   if (a.tokens == 0) return;
+  if (a.path == Fp8SharedPath::Wgmma || (a.path == Fp8SharedPath::Auto && a.tokens > 16 && shared_fp8_wgmma_supports(a))) {
+    shared_expert_fp8_wgmma(a, stream);
+    return;
+  }
   const int n8 = a.tokens <= 8 ? 1 : a.tokens <= 16 ? 2 : a.tokens <= 32 ? 4 : 8;
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
   const Fp8Projection gate_up{.x = a.x, .tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
@@ -537,11 +541,11 @@ void fp8_fragments_to_bf16(const uint8_t* w, const Fp8FragmentGeometry& g, const
   NVFP4_CUDA_CHECK_LAUNCH("fp8_fragments_to_bf16_kernel");
 }
 
-bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale) {
+bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale, int max_exponent) {
   for (const float s : tile_scale) {
     int e = 0;
     // E4M3 spans 2^-9 .. 448 < 2^9: every multiple stays a normal BF16 for 2^-117 <= s <= 2^118.
-    if (!(s > 0.0f) || std::frexp(s, &e) != 0.5f || e - 1 < -117 || e - 1 > 118) return false;
+    if (!(s > 0.0f) || std::frexp(s, &e) != 0.5f || e - 1 < -117 || e - 1 > max_exponent) return false;
   }
   return true;
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cuda/layout/fp8_fragment_layout.hpp"
+#include "cuda/layout/tensor_map.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -44,9 +45,20 @@ constexpr int64_t kFp8ScaleTile = 128;   // rows and columns of one scale tile
 constexpr int64_t kFp8ScaleGroup = 8;    // weight rows per entry of a group scale table
 constexpr int64_t kFp8MaxSplitRows = 8;  // splits x token tiles (of 64) the workspace holds
 
-// Which kernels run (Auto: the GEMV form up to 16 tokens, the split form
-// beyond; the others for tests and benchmarks).
-enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv };
+// Which kernels run (Auto: the GEMV form up to 16 tokens, beyond the wgmma
+// form where shared_fp8_wgmma_supports, else the split form; the others for
+// tests and benchmarks).
+enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv, Wgmma };
+
+// The wgmma form's TMA maps of its x_perm and h scratch (widths 32, 64,
+// 128), built once for buffers of max_tokens rows; building them also
+// raises the kernels' shared-memory opt-in on the current device.
+struct Fp8WgmmaMaps {
+  CUtensorMap x[3], h[3];
+  int64_t max_tokens = 0;
+};
+Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat16* h, int64_t max_tokens,
+                                 int64_t hidden, int64_t inter);
 
 struct SharedFp8Args {
   const __nv_bfloat16* x = nullptr;  // [T, H]
@@ -64,6 +76,9 @@ struct SharedFp8Args {
   int sms = 0;                       // SMs of the device (the split choice)
   int force_splits = 0;              // > 0: this many K splits (tests, benchmarks); 0: chosen
   Fp8SharedPath path = Fp8SharedPath::Auto;
+  bool scales_fold = false;          // every tile factor a power of two 2^-117 .. 2^7 (the wgmma form)
+  __nv_bfloat16* x_perm = nullptr;   // scratch [T, H] (the wgmma form: x in its column order)
+  const Fp8WgmmaMaps* wgmma_maps = nullptr;  // of x_perm and h (the wgmma form)
 };
 
 // H and Is multiples of 16 (the layer's contract); 16-byte aligned x and h.
@@ -77,6 +92,14 @@ std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
 
+// The wgmma form (kernels/shared_expert_fp8_wgmma.cu): one producer warp and
+// one consumer warpgroup per 64 rows x up to 128 tokens, weights by bulk
+// copy and x by TMA through a shared-memory ring, A fragments converted in
+// registers with the tile factor folded in. H and Is multiples of 64,
+// scales_fold, x_perm given.
+bool shared_fp8_wgmma_supports(const SharedFp8Args& a);
+void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream);
+
 // m-tiles [m_tile0, m_tile0 + m_tiles) of one projection in the fragment
 // layout, times their tile scales, as row-major BF16 [fp8_chunk_rows(g,
 // m_tiles), g.cols]: gate/up, the chunk's gate rows 8 m_tile0 .. then its up
@@ -86,8 +109,10 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
 void fp8_fragments_to_bf16(const uint8_t* w, const Fp8FragmentGeometry& g, const float* group_scale, int64_t m_tile0,
                            int64_t m_tiles, __nv_bfloat16* out, cudaStream_t stream);
 int64_t fp8_chunk_rows(const Fp8FragmentGeometry& g, int64_t m_tiles);
-// Whether every tile scale is a power of two whose E4M3 multiples are all
-// normal BF16 values (DeepSeek-V4's F8_E8M0 scales are).
-bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale);
+// Whether every tile scale is a power of two 2^e, -117 <= e <= max_exponent
+// (its E4M3 multiples are all normal BF16 values for max_exponent 118; the
+// wgmma form folds 2^(120 + e) into a BF16 multiplier, which needs e <= 7).
+// DeepSeek-V4's F8_E8M0 scales of real weights are.
+bool fp8_scales_are_powers_of_two(const std::vector<float>& tile_scale, int max_exponent = 118);
 
 }  // namespace nvfp4moe::cuda

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,7 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   DeviceBuffer<float> ds13(s13.size()), ds2(s2.size()), dout(size_t(T * H));
   DeviceBuffer<float> partial(size_t(kFp8MaxSplitRows) * 64 * size_t(std::max(2 * Is, H)));
   DeviceBuffer<int32_t> counters(size_t(shared_fp8_counters(H, Is)));
+  DeviceBuffer<uint16_t> x_perm(xb.size());
   dx.upload(xb.data(), xb.size());
   dw13.upload(w13.data(), w13.size());
   dw2.upload(w2.data(), w2.size());
@@ -127,10 +129,28 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   a.sms = sm_count();
   a.force_splits = c.splits;
   a.path = c.path;
+  a.scales_fold = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
+                  fp8_scales_are_powers_of_two(w.w2_scale, 7);
+  a.x_perm = reinterpret_cast<__nv_bfloat16*>(x_perm.get());
+  std::unique_ptr<Fp8WgmmaMaps> maps;
+  if (H % 64 == 0 && Is % 64 == 0) {
+    maps = std::make_unique<Fp8WgmmaMaps>(make_fp8_wgmma_maps(a.x_perm, a.h, T, H, Is));
+    a.wgmma_maps = maps.get();
+  }
+  const bool wgmma = c.path == Fp8SharedPath::Wgmma || (c.path == Fp8SharedPath::Auto && T > 16 && shared_fp8_wgmma_supports(a));
   shared_expert_fp8(a, nullptr);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Result r{std::vector<uint16_t>(size_t(T * Is)), std::vector<float>(size_t(T * H))};
   dh.download(r.h.data(), r.h.size());
+  if (wgmma) {  // the wgmma form leaves h in its column order: column 64c + p holds 64c + l
+    const std::vector<uint16_t> h = r.h;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < Is; ++i) {
+        const int64_t l = i % 64, q = l % 4, tq = l / 16, st = (l % 16) / 4;
+        const int64_t p = 16 * st + (q < 2 ? 2 * tq + q : 8 + 2 * tq + q - 2);
+        r.h[size_t(t * Is + i)] = h[size_t(t * Is + i - l + p)];
+      }
+  }
   dout.download(r.out.data(), r.out.size());
   // The counters are back at zero for the next call.
   std::vector<int32_t> left(counters.size());
@@ -248,7 +268,13 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
       // The GEMV form (up to 16 tokens; K tiles fewer than, equal to and more than its 4 warps).
       {1, 256, 128, 0, true, Fp8SharedPath::Gemv}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv},
       {12, 640, 272, 0, true, Fp8SharedPath::Gemv}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv},
-      {3, 272, 208, 2, true, Fp8SharedPath::Split}};
+      {3, 272, 208, 2, true, Fp8SharedPath::Split},
+      // The wgmma form (H, Is multiples of 64; power-of-two factors): widths 32, 64, 128, K splits,
+      // a partial last K tile (H = 576), token tails; odd T draw arbitrary factors, so Auto takes the split form.
+      {18, 512, 256, 0, true, Fp8SharedPath::Wgmma},   {64, 576, 192, 0, false, Fp8SharedPath::Wgmma},
+      {40, 512, 384, 3, true, Fp8SharedPath::Wgmma},   {200, 576, 256, 0, true, Fp8SharedPath::Wgmma},
+      {130, 512, 256, 2, false, Fp8SharedPath::Wgmma}, {2, 256, 128, 0, true, Fp8SharedPath::Wgmma},
+      {96, 512, 320, 0, false}, {33, 512, 320, 0, true}};
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE(case_name(c, seed));
     const TileScales kind = c.tokens % 2 ? TileScales::Arbitrary : TileScales::PowersOfTwo;
