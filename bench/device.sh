@@ -3,11 +3,13 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,convert,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
 #          and the PyTorch baselines (bench/baselines_torch.py) -> $OUT/torch.json;
+#   modes: the routed-expert bench over --format nvfp4,mxfp4 x --act nvfp4,bf16,fp8
+#          -> $OUT/modes.json, its table -> $OUT/modes_table.md;
 #   convert: `convert --device cuda` on one DeepSeek-V4-Pro layer of 48 experts
 #          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
@@ -43,7 +45,7 @@ if has_step build; then
   start=$(date +%s)
   set +e
   targets="nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli"
-  if has_step speed; then targets="$targets nvfp4moe_routed_bench"; fi
+  if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
@@ -111,6 +113,35 @@ if has_step speed; then
     note "speed: routed bench rc=$rc, baselines rc=$brc"
   else
     note "speed: $ROUTED_BENCH was not built"
+  fi
+fi
+
+# The routed-expert path for both weight formats and all three activation
+# modes: 2 formats x 3 modes x 5 T x 2 workloads = 60 rows in one process,
+# so each MXFP4 row is set against an NVFP4 row of the same run (two runs
+# differ by up to 11 %, docs/performance.md). Expected: ~2-3 minutes on the
+# H200 (at --reps 10 a row takes up to ~1 s, most of it the sweep of GEMM
+# configurations; the 384 MXFP4 experts take ~15 s to make and upload on the
+# host), so with the build step (at most 240 s) it fits a 10-minute command;
+# the 300 s limit leaves twice the expected time. No T = 8192: the target is
+# about decode and its rows would cost several seconds each.
+# Not a default step: `--steps build,modes`, alone.
+MODES_TOKENS="1,8,64,512,2048"
+if has_step modes; then
+  if [[ -x "$ROUTED_BENCH" ]]; then
+    set +e
+    timeout 300 "$ROUTED_BENCH" --format nvfp4,mxfp4 --act nvfp4,bf16,fp8 --tokens "$MODES_TOKENS" \
+      --experts 48,384 --reps 10 --no-simple --json "$OUT/modes.json" > "$OUT/modes.log" 2>&1
+    rc=$?
+    set -e
+    note "modes: routed bench rc=$rc ($(grep -c '"kind": *"ours"' "$OUT/modes.json" 2>/dev/null || true) rows)"
+    # The closing MXFP4-against-NVFP4 table of the bench's log.
+    sed -n '/^MXFP4 against NVFP4/,$p' "$OUT/modes.log" >> "$SUMMARY"
+    if [[ -s "$OUT/modes.json" ]]; then
+      python3 bench/perf_table.py --routed "$OUT/modes.json" --out "$OUT/modes_table.md" || note "perf_table (modes): rc=$?"
+    fi
+  else
+    note "modes: $ROUTED_BENCH was not built"
   fi
 fi
 
@@ -219,4 +250,8 @@ cat "$SUMMARY"
 if [[ -s "$OUT/performance_table.md" ]]; then
   echo "================ performance table ($OUT/performance_table.md) ================"
   cat "$OUT/performance_table.md"
+fi
+if [[ -s "$OUT/modes_table.md" ]]; then
+  echo "================ formats and activation modes ($OUT/modes_table.md) ================"
+  cat "$OUT/modes_table.md"
 fi

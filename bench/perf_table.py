@@ -5,18 +5,26 @@ benchmarks' machine-readable output of one run:
   --routed FILE     JSON lines of `nvfp4moe_routed_bench --json FILE`: one
                     {"kind": "ceilings", ...} line (HBM read, device copy and
                     BF16 dense rates measured in that run), then one
-                    {"kind": "ours", ...} line per (experts, T);
+                    {"kind": "ours", ...} line per (experts, format, act, T)
+                    (files without "format" / "act" are NVFP4 with nvfp4
+                    activations);
   --baselines FILE  JSON lines of `bench/baselines_torch.py --json FILE`
                     ({"kind": "torch", "experts", "T", "bf16_us", "fp8_us"});
   --layer FILE      the CSV of `nvfp4moe bench --csv FILE` (workload, T, rows,
                     pairs, experts, time_us, bytes, flops, roofline_us,
-                    fraction), with --layer-log FILE its stdout for the
-                    ceilings line.
+                    fraction; with --format / --act other than nvfp4 also
+                    format, act, checkpoint_bytes, checkpoint_roofline_us,
+                    checkpoint_fraction), with --layer-log FILE its stdout
+                    for the ceilings line.
 
 Every input is optional; each table is written when its input is given. The
 roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense)
-against the ceilings of the same run; the fraction is roofline / time. Only
-the standard library is used, so the script runs on the GPU machine and here.
+against the ceilings of the same run, the weight bytes being the format's
+own (its checkpoint's: NVFP4 4.5 bits a weight, MXFP4 4.25, though the
+device reads 4.5 for both); the fraction is roofline / time. Where a run
+has MXFP4 rows, a second table sets each beside the NVFP4 row of the same
+workload, mode and T. Only the standard library is used, so the script runs
+on the GPU machine and here.
 
     python3 bench/perf_table.py --routed routed.json --baselines torch.json \
         --layer bench.csv --layer-log bench.log [--out table.md]
@@ -33,6 +41,8 @@ import sys
 H, I = 7168, 3072
 NVFP4_BYTES_PER_VALUE = 0.5625  # 4-bit code + one UE4M3 byte per 16 values
 WORKLOAD = {48: "EP8 (48 experts)", 384: "EP1 (384 experts)"}
+FORMATS = ["nvfp4", "mxfp4"]  # the benches' names, in table order
+ACTS = ["nvfp4", "bf16", "fp8"]
 
 
 def json_lines(path):
@@ -56,6 +66,50 @@ def percent(v):
     return "-" if v is None else f"{100 * v:.0f} %"
 
 
+def order(names, name):
+    return names.index(name) if name in names else len(names)
+
+
+def routed_format(r):
+    return r.get("format", "nvfp4"), r.get("act", "nvfp4")
+
+
+def routed_roofline_us(r, read_bps, bf16_flops):
+    """Roofline of a routed row from the format's own weight bytes."""
+    weight_bytes = r.get("checkpoint_bytes", r.get("bytes", r["touched"] * 3.0 * H * I * NVFP4_BYTES_PER_VALUE))
+    flops = r.get("flops", 2.0 * r["pairs"] * 3.0 * H * I)
+    return max(weight_bytes / read_bps, flops / bf16_flops) * 1e6
+
+
+def format_comparison(ours, read_bps, bf16_flops):
+    """MXFP4 rows beside the NVFP4 rows of the same (experts, act, T)."""
+    nvfp4 = {(r["experts"], routed_format(r)[1], r["T"]): r for r in ours if routed_format(r)[0] == "nvfp4"}
+    pairs = [(nvfp4[(r["experts"], routed_format(r)[1], r["T"])], r) for r in ours
+             if routed_format(r)[0] == "mxfp4" and (r["experts"], routed_format(r)[1], r["T"]) in nvfp4]
+    if not pairs:
+        return []
+    out = ["", "MXFP4 against NVFP4, the same workload, activation mode and T:", "",
+           "| workload | T | act | kernel | NVFP4 GEMMs us | MXFP4 GEMMs us | GB read | MXFP4 GB "
+           "| NVFP4 GEMM fraction | MXFP4 GEMM fraction | MXFP4 / NVFP4 | NVFP4 path fraction | MXFP4 path fraction |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, m in pairs:
+        rn, rm = routed_roofline_us(n, read_bps, bf16_flops), routed_roofline_us(m, read_bps, bf16_flops)
+        fn, fm = rn / n["gemm_us"], rm / m["gemm_us"]
+        read_gb = m.get("device_bytes", m["touched"] * 3.0 * H * I * NVFP4_BYTES_PER_VALUE) / 1e9
+        ckpt_gb = m["checkpoint_bytes"] / 1e9 if "checkpoint_bytes" in m else None
+        kernel = n["config"] if n["config"] == m["config"] else f"{n['config']} / {m['config']}"
+        out.append(f"| {workload_name(m['experts'])} | {m['T']} | {routed_format(m)[1]} | {kernel} "
+                   f"| {fmt(n['gemm_us'])} | {fmt(m['gemm_us'])} | {fmt(read_gb, 3)} | {fmt(ckpt_gb, 3)} "
+                   f"| {percent(fn)} | {percent(fm)} | {fm / fn:.2f} | {percent(rn / n['graph_us'])} "
+                   f"| {percent(rm / m['graph_us'])} |")
+    out.append("")
+    out.append("Each fraction against its format's own roofline: NVFP4's 4.5 bits a weight, MXFP4's checkpoint "
+               "4.25 bits (the device reads the same 4.5 bits a weight for both, one multiplier byte per 16 "
+               "weights: GB read), so at equal time the MXFP4 fraction is 4.25 / 4.5 = 0.94 of the NVFP4 one. "
+               "The MXFP4 decode target (T <= 64) is a ratio of 1.")
+    return out
+
+
 def routed_table(routed_path, baselines_path):
     rows = json_lines(routed_path)
     ceil = next((r for r in rows if r.get("kind") == "ceilings"), None)
@@ -73,29 +127,33 @@ def routed_table(routed_path, baselines_path):
     out.append(f"Ceilings measured in the same run: HBM read {ceil['read_tbps']:.2f} TB/s{copy}, "
                f"BF16 dense {ceil['bf16_tflops']:.0f} TFLOP/s.")
     out.append("")
-    out.append("| workload | T | pairs | experts touched | kernel | routed path us | GEMMs us | roofline us "
-               "| GEMM fraction | path fraction | PyTorch BF16 us | PyTorch FP8 us | vs BF16 | vs FP8 |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    ours = sorted((r for r in rows if r.get("kind") == "ours"), key=lambda r: (r["experts"], r["T"]))
+    out.append("| workload | T | pairs | experts touched | kernel | format | act | routed path us | GEMMs us "
+               "| roofline us | GEMM fraction | path fraction | PyTorch BF16 us | PyTorch FP8 us | vs BF16 | vs FP8 |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ours = sorted((r for r in rows if r.get("kind") == "ours"),
+                  key=lambda r: (r["experts"], r["T"], order(FORMATS, routed_format(r)[0]),
+                                 order(ACTS, routed_format(r)[1])))
     for r in ours:
-        weight_bytes = r.get("bytes", r["touched"] * 3.0 * H * I * NVFP4_BYTES_PER_VALUE)
-        flops = r.get("flops", 2.0 * r["pairs"] * 3.0 * H * I)
-        roof_us = max(weight_bytes / read_bps, flops / bf16_flops) * 1e6
+        roof_us = routed_roofline_us(r, read_bps, bf16_flops)
         path_us, gemm_us = r["graph_us"], r["gemm_us"]
         b = baselines.get((r["experts"], r["T"]), {})
         bf16, fp8 = b.get("bf16_us"), b.get("fp8_us")
+        weights, act = routed_format(r)
         out.append(f"| {workload_name(r['experts'])} | {r['T']} | {r['pairs']} | {r['touched']} | {r['config']} "
-                   f"| {fmt(path_us)} | {fmt(gemm_us)} | {fmt(roof_us)} | {percent(roof_us / gemm_us)} "
-                   f"| {percent(roof_us / path_us)} | {fmt(bf16)} | {fmt(fp8)} | {ratio(bf16, path_us)} "
-                   f"| {ratio(fp8, path_us)} |")
+                   f"| {weights} | {act} | {fmt(path_us)} | {fmt(gemm_us)} | {fmt(roof_us)} "
+                   f"| {percent(roof_us / gemm_us)} | {percent(roof_us / path_us)} | {fmt(bf16)} | {fmt(fp8)} "
+                   f"| {ratio(bf16, path_us)} | {ratio(fp8, path_us)} |")
     out.append("")
     out.append("Routed path: one CUDA graph of grouping, L1 staging, gate/up GEMM + SwiGLU, requantization, "
                "down GEMM and combine (no router, no shared expert), median of the replays. GEMMs: the two "
                "grouped GEMMs alone and the kernel the device chose (decode, or the prefill kernel's split "
-               "launches). Roofline: max(NVFP4 bytes of the touched experts / HBM read, 2 x pairs x 3HI "
-               "FLOPs / BF16 dense). Baselines: PyTorch MoEs with the same routing, SwiGLU and combine, BF16 "
+               "launches). format: the routed experts' weights; act: their activation mode (docs/numerics.md "
+               "§7). Roofline: max(the format's bytes of the touched experts (NVFP4 4.5 bits a weight, MXFP4 "
+               "its checkpoint's 4.25; the device reads 4.5 for both) / HBM read, 2 x pairs x 3HI FLOPs / BF16 "
+               "dense). Baselines: PyTorch MoEs with the same routing, SwiGLU and combine, BF16 "
                "`torch._grouped_mm` and FP8 rowwise `torch._scaled_grouped_mm`; vs = baseline time / "
                "routed path time.")
+    out += format_comparison(ours, read_bps, bf16_flops)
     return out
 
 
@@ -108,18 +166,25 @@ def layer_table(csv_path, log_path):
             how = "measured in the same run" if m.group(1) == "measured now" else f"({m.group(1)})"
             out.append(f"Ceilings {how}: {m.group(2).strip()}.")
             out.append("")
-    out.append("| workload | T | tokens | pairs | experts touched | forward us | GB | GFLOP | roofline us | fraction |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| workload | T | format | act | tokens | pairs | experts touched | forward us | GB | GFLOP "
+               "| roofline us | fraction |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with open(csv_path) as f:
         for r in csv.DictReader(f):
-            out.append(f"| {r['workload']} | {r['T']} | {r['rows']} | {r['pairs']} | {r['experts']} "
+            # The format's own roofline where the CSV has it (other formats than NVFP4 alone).
+            roof_us = float(r.get("checkpoint_roofline_us") or r["roofline_us"])
+            frac = float(r.get("checkpoint_fraction") or r["fraction"])
+            out.append(f"| {r['workload']} | {r['T']} | {r.get('format') or 'nvfp4'} | {r.get('act') or 'nvfp4'} "
+                       f"| {r['rows']} | {r['pairs']} | {r['experts']} "
                        f"| {float(r['time_us']):.1f} | {float(r['bytes']) / 1e9:.3f} | {float(r['flops']) / 1e9:.1f} "
-                       f"| {float(r['roofline_us']):.1f} | {percent(float(r['fraction']))} |")
+                       f"| {roof_us:.1f} | {percent(frac)} |")
     out.append("")
     out.append("Forward: `Moe::forward` on the cuda backend with caller routing, median over rotated inputs. "
                "ep8: one rank of 8 (48 local experts fed the pairs of 8T tokens, routed experts only); ep1: "
-               "all 384 experts and the shared expert. Roofline from the row's bytes (touched experts' NVFP4 "
-               "weights, plus the shared expert's BF16 weights for ep1) and FLOPs against the ceilings above.")
+               "all 384 experts and the shared expert. GB: the bytes the device reads (the touched experts at "
+               "4.5 bits a weight, NVFP4 or MXFP4, plus the shared expert's BF16 weights for ep1). Roofline "
+               "from the row's FLOPs and its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) "
+               "against the ceilings above.")
     return out
 
 

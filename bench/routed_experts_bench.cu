@@ -11,23 +11,34 @@
 // the GEMMs: max(bytes of the touched experts' codes + scales / read BW,
 // 2 * pairs * 3 * H * I / BF16 peak).
 //
-// Weights and inputs are random bytes made on the device (timing does not
-// depend on values; the GPU tests check the numbers). Usage:
+// One row per (experts, weight format, activation mode, T). NVFP4 weights
+// and inputs are random bytes made on the device (timing does not depend on
+// values; the GPU tests check the numbers). MXFP4 weights are made as
+// DeepSeek's release holds them (cli/bench_weights.hpp: every code, UE8M0
+// bytes 2^-8 .. 2^-4) and go through the backend's own upload, which turns
+// them into one multiplier byte per 16 weights: the device reads 4.5 bits a
+// weight, as for NVFP4. Their rows state both the bytes read and the
+// checkpoint's 4.25 bits a weight, with the fraction of the 4.25-bit
+// roofline (the format's own) beside the NVFP4 row's fraction. Usage:
 //   nvfp4moe_routed_bench [--experts 48,384] [--tokens 1,8,64,512,2048,4096,8192]
+//                         [--format nvfp4,mxfp4] [--act nvfp4,bf16,fp8]
 //                         [--reps N] [--json FILE] [--no-simple]
-// EP8 is the 48 experts of one rank of eight, EP1 all 384.
+// EP8 is the 48 experts of one rank of eight, EP1 all 384; --format and
+// --act default to nvfp4 alone, whose output has no format columns.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <chrono>
 #include <iterator>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cli/bench_ceilings.hpp"
+#include "cli/bench_weights.hpp"
 #include "common/splitmix.hpp"
 #include "cuda/backend/routed_experts.hpp"
 #include "cuda/cuda_check.hpp"
@@ -76,9 +87,15 @@ double median(std::vector<double> t) {
 
 struct Options {
   std::vector<int64_t> experts = {48, 384}, tokens = {1, 8, 64, 512, 2048, 4096, 8192};
+  std::vector<ExpertFormat> formats = {ExpertFormat::Nvfp4};
+  std::vector<ActivationMode> acts = {ActivationMode::Nvfp4};
   int reps = 20;
   bool simple = true;
   const char* json = nullptr;
+  // Anything but NVFP4 alone: the rows say their format and mode.
+  bool modes() const {
+    return formats != std::vector{ExpertFormat::Nvfp4} || acts != std::vector{ActivationMode::Nvfp4};
+  }
 };
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -91,12 +108,35 @@ std::vector<int64_t> parse_list(const char* s) {
   return v;
 }
 
+// A comma-separated list of names, each parsed by parse(name) (which throws
+// for a name it does not know); the error names the option and the value,
+// as it does for a name listed twice.
+template <typename Parse>
+auto parse_names(const std::string& option, const std::string& list, Parse parse) {
+  std::vector<decltype(parse(std::string()))> v;
+  for (size_t begin = 0;;) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    try {
+      v.push_back(parse(name));
+    } catch (const Error& e) {
+      NVFP4_FAIL("nvfp4moe_routed_bench: ", option, " '", list, "': ", e.what());
+    }
+    NVFP4_CHECK(std::find(v.begin(), v.end() - 1, v.back()) == v.end() - 1, "nvfp4moe_routed_bench: ", option, " '",
+                list, "': '", name, "' is listed twice");
+    if (end == list.size()) return v;
+    begin = end + 1;
+  }
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--experts" && i + 1 < argc) o.experts = parse_list(argv[++i]);
     else if (a == "--tokens" && i + 1 < argc) o.tokens = parse_list(argv[++i]);
+    else if (a == "--format" && i + 1 < argc) o.formats = parse_names(a, argv[++i], parse_format_option);
+    else if (a == "--act" && i + 1 < argc) o.acts = parse_names(a, argv[++i], parse_activation_mode);
     else if (a == "--reps" && i + 1 < argc) o.reps = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) o.json = argv[++i];
     else if (a == "--no-simple") o.simple = false;
@@ -138,6 +178,88 @@ RoutedWeightsDevice random_device_weights(int64_t E) {
   w.w2_global = DeviceBuffer<float>(g2.size());
   w.w2_global.upload(g2.data(), g2.size());
   return w;
+}
+
+// Tile-layout weights for the reference GEMM's column: random bytes, every
+// byte a sane scale (scale bytes sit inside each tile).
+struct TileWeights {
+  DeviceBuffer<uint8_t> w13, w2;
+};
+TileWeights random_tile_weights(int64_t E, bool wanted) {
+  TileWeights t;
+  if (!wanted) return t;
+  t.w13 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::GateUp, kH, kI).bytes_per_expert()));
+  t.w2 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::Down, kH, kI).bytes_per_expert()));
+  fill(t.w13.get(), t.w13.size(), 15, 0x30, 0x20);
+  fill(t.w2.get(), t.w2.size(), 16, 0x30, 0x20);
+  return t;
+}
+
+// One projection of ExpertWeights as the uploads take it.
+LinearExperts linear_experts(const ExpertWeights& w, Projection p) {
+  const bool gate_up = p == Projection::GateUp;
+  return LinearExperts{.format = w.format,
+                       .projection = p,
+                       .codes = gate_up ? &w.w13_codes : &w.w2_codes,
+                       .scales = gate_up ? &w.w13_scales : &w.w2_scales,
+                       .count = w.count,
+                       .first_expert = w.first_expert,
+                       .hidden = w.hidden,
+                       .inter = w.intermediate};
+}
+
+// The weights of one (experts, format) and the tile layout of the
+// reference GEMM's column when wanted.
+struct BenchWeights {
+  RoutedWeightsDevice routed;
+  TileWeights tiles;
+};
+
+// E MXFP4 experts as DeepSeek's release holds them, through the backend's
+// own upload (upload_routed_weights: multiplier bytes per 16 weights and the
+// row groups' factors in place of g_w), so that the kernels read what a
+// real checkpoint gives them; the tile layout from the same bytes.
+BenchWeights mxfp4_weights(const MoeConfig& cfg, bool tiles) {
+  const ExpertWeights ex = make_random_mxfp4_experts(cfg, 11, 0, cfg.experts);
+  BenchWeights w{upload_routed_weights(ex, cfg, RoutedKernels::Fast), {}};
+  NVFP4_CHECK(w.routed.w13_frag.codes.size() > 0, "routed bench: no fragment layout for H=", kH, " I=", kI);
+  if (tiles) {
+    w.tiles.w13 = upload_tile_weights(linear_experts(ex, Projection::GateUp), nullptr);
+    w.tiles.w2 = upload_tile_weights(linear_experts(ex, Projection::Down), nullptr);
+  }
+  return w;
+}
+
+BenchWeights bench_weights(const MoeConfig& cfg, ExpertFormat f, bool tiles) {
+  if (f == ExpertFormat::Mxfp4) return mxfp4_weights(cfg, tiles);
+  return BenchWeights{random_device_weights(cfg.experts), random_tile_weights(cfg.experts, tiles)};
+}
+
+template <typename T>
+DeviceBuffer<T> device_copy(const DeviceBuffer<T>& b) {
+  DeviceBuffer<T> d(b.size());
+  if (b.size()) NVFP4_CUDA_CHECK(cudaMemcpy(d.get(), b.get(), b.bytes(), cudaMemcpyDeviceToDevice));
+  return d;
+}
+
+// A second copy of fragment-layout weights on the device (RoutedExperts owns
+// its weights: each activation mode gets its own copy of the same bytes).
+RoutedWeightsDevice copy_weights(const RoutedWeightsDevice& w) {
+  NVFP4_CHECK(w.w13_tiles.size() == 0 && w.w13_codes.size() == 0 && w.w2_static_g.size() == 0,
+              "routed bench: copy_weights copies the fragment layout and the global factors only");
+  RoutedWeightsDevice d;
+  d.format = w.format;
+  d.count = w.count;
+  d.hidden = w.hidden;
+  d.inter = w.inter;
+  for (auto [to, from] : {std::pair{&d.w13_frag, &w.w13_frag}, std::pair{&d.w2_frag, &w.w2_frag}}) {
+    to->codes = device_copy(from->codes);
+    to->scales = device_copy(from->scales);
+    to->geometry = from->geometry;
+  }
+  d.w13_global = device_copy(w.w13_global);
+  d.w2_global = device_copy(w.w2_global);
+  return d;
 }
 
 // Top-6 distinct experts per token, uniform; every weight 0.25.
@@ -292,23 +414,50 @@ GraphTimes graph_times(const std::function<void()> (&stages)[6], cudaStream_t s,
   return g;
 }
 
+// floor, mem_floor: the bytes the device reads (4.5 bits a weight, either
+// format); ckpt_*: the format's checkpoint bytes (NVFP4 4.5, MXFP4 4.25).
 struct Row {
   const char* ep = "";
   int64_t E = 0, T = 0, P = 0, touched = 0;
+  ExpertFormat format = ExpertFormat::Nvfp4;
+  ActivationMode act = ActivationMode::Nvfp4;
   const char* config = "";
   double l1 = 0, l2 = 0, floor = 0, mem_floor = 0, comp_floor = 0, simple = 0;
+  double device_bytes = 0, ckpt_bytes = 0, ckpt_mem_floor = 0, ckpt_floor = 0;
   double group = 0, fast_group = 0, quant = 0, fast_quant = 0, requant = 0, fast_requant = 0, combine = 0;
   double l1_steady = 0, l2_steady = 0, stage_frac = 0;
   GraphTimes graph;
   std::string sweep;
+  double gemm() const { return l1 + l2; }
 };
 
-void print_row(const Row& w, const Ceilings& c, FILE* js) {
-  const double gemm = w.l1 + w.l2;
-  std::printf("%-4s %6lld %7lld %5lld %-9s %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%% %6.0f%%\n",
-              w.ep, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2, gemm, w.floor,
+// The NVFP4 row of the same experts, mode and T among `rows`, or null.
+const Row* nvfp4_twin(const std::vector<Row>& rows, const Row& w) {
+  for (const Row& r : rows)
+    if (r.format == ExpertFormat::Nvfp4 && r.E == w.E && r.T == w.T && r.act == w.act) return &r;
+  return nullptr;
+}
+
+// modes: the format and mode columns, and for MXFP4 a line with both
+// rooflines and, when measured before it, the NVFP4 row's fraction.
+void print_row(const Row& w, const Ceilings& c, bool modes, const Row* twin, FILE* js) {
+  const double gemm = w.gemm();
+  std::printf("%-4s %6lld %7lld %5lld %-9s ", w.ep, (long long)w.T, (long long)w.P, (long long)w.touched, w.config);
+  if (modes) std::printf("%-6s %-6s ", format_option_name(w.format), activation_mode_name(w.act));
+  std::printf("%9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %7.2fx %9.1f %9.1f %6.0f%% %6.0f%%\n", w.l1, w.l2, gemm, w.floor,
               100.0 * w.floor / gemm, w.simple, w.simple > 0 ? w.simple / gemm : 0.0, w.fast_quant, w.graph.whole,
               100.0 * w.stage_frac, 100.0 * w.stage_frac * c.read / c.copy);
+  if (w.format == ExpertFormat::Mxfp4) {
+    std::printf("     roofline: the device reads %.3f GB (%.2f bits a weight): floor %.1f us, GEMM %.0f%%; the MXFP4 "
+                "checkpoint %.3f GB (%.2f bits): floor %.1f us, GEMM %.0f%%, path %.0f%%",
+                w.device_bytes * 1e-9, kDeviceBitsPerWeight, w.floor, 100.0 * w.floor / gemm, w.ckpt_bytes * 1e-9,
+                checkpoint_bits_per_weight(w.format), w.ckpt_floor, 100.0 * w.ckpt_floor / gemm,
+                100.0 * w.ckpt_floor / w.graph.whole);
+    if (twin)
+      std::printf(" | NVFP4 row: GEMM %.0f%%, path %.0f%%", 100.0 * twin->ckpt_floor / twin->gemm(),
+                  100.0 * twin->ckpt_floor / twin->graph.whole);
+    std::printf("\n");
+  }
   const double* g = w.graph.stage;
   std::printf("     in the graph us: group %.1f stage %.1f L1 %.1f requant %.1f L2 %.1f combine %.1f | "
               "back to back: L1 %.1f L2 %.1f\n", g[0], g[1], g[2], g[3], g[4], g[5], w.l1_steady, w.l2_steady);
@@ -322,30 +471,44 @@ void print_row(const Row& w, const Ceilings& c, FILE* js) {
                "\"config\":\"%s\",\"l1_us\":%.2f,\"l2_us\":%.2f,\"gemm_us\":%.2f,\"floor_us\":%.2f,"
                "\"mem_floor_us\":%.2f,\"comp_floor_us\":%.2f,\"simple_gemm_us\":%.2f,\"group_us\":%.2f,"
                "\"quant_us\":%.2f,\"fast_quant_us\":%.2f,\"requant_us\":%.2f,\"fast_requant_us\":%.2f,"
-               "\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\"}\n",
+               "\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\",\"format\":\"%s\",\"act\":\"%s\","
+               "\"device_bits\":%.2f,\"checkpoint_bits\":%.2f,\"device_bytes\":%.0f,\"checkpoint_bytes\":%.0f,"
+               "\"checkpoint_mem_floor_us\":%.2f,\"checkpoint_floor_us\":%.2f}\n",
                w.ep, (long long)w.E, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2,
                gemm, w.floor, w.mem_floor, w.comp_floor, w.simple, w.group, w.quant, w.fast_quant, w.requant,
-               w.fast_requant, w.combine, w.graph.whole, w.sweep.c_str());
+               w.fast_requant, w.combine, w.graph.whole, w.sweep.c_str(), format_option_name(w.format),
+               activation_mode_name(w.act), kDeviceBitsPerWeight, checkpoint_bits_per_weight(w.format),
+               w.device_bytes, w.ckpt_bytes, w.ckpt_mem_floor, w.ckpt_floor);
 }
 
-// Tile-layout weights for the reference GEMM's column: random bytes, every
-// byte a sane scale (scale bytes sit inside each tile).
-struct TileWeights {
-  DeviceBuffer<uint8_t> w13, w2;
-};
-TileWeights random_tile_weights(int64_t E, bool wanted) {
-  TileWeights t;
-  if (!wanted) return t;
-  t.w13 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::GateUp, kH, kI).bytes_per_expert()));
-  t.w2 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::Down, kH, kI).bytes_per_expert()));
-  fill(t.w13.get(), t.w13.size(), 15, 0x30, 0x20);
-  fill(t.w2.get(), t.w2.size(), 16, 0x30, 0x20);
-  return t;
+// MXFP4 rows beside the NVFP4 rows of the same experts, mode and T, each
+// GEMM (and path) fraction of its format's own roofline: the open target is
+// the same fraction at T <= 64. Nothing when no MXFP4 row has a twin.
+void print_format_summary(const std::vector<Row>& rows) {
+  bool header = false;
+  for (const Row& m : rows) {
+    const Row* n = m.format == ExpertFormat::Mxfp4 ? nvfp4_twin(rows, m) : nullptr;
+    if (!n) continue;
+    if (!header) {
+      std::printf("\nMXFP4 against NVFP4: fractions of each format's own roofline (NVFP4 %.2f bits a weight, MXFP4 "
+                  "%.2f: its checkpoint's; the device reads %.2f for both)\n",
+                  checkpoint_bits_per_weight(ExpertFormat::Nvfp4), checkpoint_bits_per_weight(ExpertFormat::Mxfp4),
+                  kDeviceBitsPerWeight);
+      std::printf("%-4s %6s %-6s %-9s %11s %11s %10s %10s %7s %10s %10s\n", "EP", "T", "act", "config", "NVFP4 us",
+                  "MXFP4 us", "NVFP4 frac", "MXFP4 frac", "ratio", "NVFP4 path", "MXFP4 path");
+      header = true;
+    }
+    const double fn = n->ckpt_floor / n->gemm(), fm = m.ckpt_floor / m.gemm();
+    std::printf("%-4s %6lld %-6s %-9s %11.1f %11.1f %9.0f%% %9.0f%% %6.2fx %9.0f%% %9.0f%%\n", m.ep, (long long)m.T,
+                activation_mode_name(m.act), m.config, n->gemm(), m.gemm(), 100.0 * fn, 100.0 * fm, fm / fn,
+                100.0 * n->ckpt_floor / n->graph.whole, 100.0 * m.ckpt_floor / m.graph.whole);
+  }
+  std::fflush(stdout);
 }
 
 // One row of the table: T tokens routed uniformly over E experts.
-Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T, const Options& o,
-              const Ceilings& c) {
+Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T, ExpertFormat format,
+              ActivationMode act, const Options& o, const Ceilings& c) {
   const int64_t P = T * kTopK;
   const Routing routing = uniform_routing(T, E);
   f.ids.upload(routing.ids.data(), routing.ids.size());
@@ -355,7 +518,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
       routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), f.y_pair.get());
   const CombineArgs ca = f.combine(T);
   Row w{.ep = E == 48 ? "EP8" : (E == 384 ? "EP1" : "E?"), .E = E, .T = T, .P = P, .touched = routing.touched,
-        .config = chosen_kernel(p.gemm, P)};
+        .format = format, .act = act, .config = chosen_kernel(p.gemm, P)};
   group_pairs(ga, nullptr);
   routed.stage(p, nullptr);
   routed.gate_up(p, nullptr);
@@ -392,10 +555,14 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   w.l1_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.gate_up(p, nullptr); }) / 4;
   w.l2_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.down(p, nullptr); }) / 4;
 
-  const double bytes = double(routing.touched) * (2.0 * kI * kH + double(kH) * kI) * 0.5625;
-  w.mem_floor = bytes / c.read * 1e6;
+  const double weights = double(routing.touched) * (2.0 * kI * kH + double(kH) * kI);
+  w.device_bytes = weights * kDeviceBitsPerWeight / 8;
+  w.ckpt_bytes = weights * checkpoint_bits_per_weight(format) / 8;
+  w.mem_floor = w.device_bytes / c.read * 1e6;
   w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / c.bf16 * 1e6;
   w.floor = std::max(w.mem_floor, w.comp_floor);
+  w.ckpt_mem_floor = w.ckpt_bytes / c.read * 1e6;
+  w.ckpt_floor = std::max(w.ckpt_mem_floor, w.comp_floor);
   const double ld = double(p.stage_x.deq_ld);
   const double stage_bytes = double(T) * kH * 2 + double(T) * ld * 2 + 4.0 * T;
   w.stage_frac = stage_bytes / c.read * 1e6 / w.fast_quant;
@@ -405,7 +572,13 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse_options(argc, argv);
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   FILE* js = o.json ? std::fopen(o.json, "w") : nullptr;
   const Ceilings c{measure_read_bandwidth(int64_t(4) << 30, 10), measure_copy_bandwidth(int64_t(256) << 20, 10),
                    measure_bf16_gemm_flops(8192, 8192, 8192, 10)};
@@ -415,18 +588,36 @@ int main(int argc, char** argv) {
     std::fprintf(js, "{\"kind\":\"ceilings\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,\"bf16_tflops\":%.1f}\n",
                  c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12);
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
-  std::printf("\n%-4s %6s %7s %5s %-9s %9s %9s %9s %9s %7s %9s %8s %9s %9s %7s %7s\n", "EP", "T", "pairs", "exps",
-              "config", "L1 us", "L2 us", "GEMM us", "floor us", "frac", "simple us", "speedup", "stage us",
-              "graph us", "stageBW", "vs copy");
+  const bool modes = o.modes();
+  std::printf("\n%-4s %6s %7s %5s %-9s ", "EP", "T", "pairs", "exps", "config");
+  if (modes) std::printf("%-6s %-6s ", "format", "act");
+  std::printf("%9s %9s %9s %9s %7s %9s %8s %9s %9s %7s %7s\n", "L1 us", "L2 us", "GEMM us", "floor us", "frac",
+              "simple us", "speedup", "stage us", "graph us", "stageBW", "vs copy");
+  std::vector<Row> rows;
   for (const int64_t E : o.experts) {
-    const MoeConfig cfg = pro_config(E);
-    RoutedExperts routed(random_device_weights(E), cfg,
-                         RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * kTopK}, RoutedKernels::Fast,
-                         0.0f);
-    const TileWeights tiles = random_tile_weights(E, o.simple);
+    MoeConfig cfg = pro_config(E);
     Forward f(max_t, E);
-    for (const int64_t T : o.tokens) print_row(bench_row(routed, tiles, f, E, T, o, c), c, js);
+    for (const ExpertFormat format : o.formats) {
+      const auto t0 = std::chrono::steady_clock::now();
+      BenchWeights w = bench_weights(cfg, format, o.simple);
+      if (modes)
+        std::printf("     weights: %lld %s experts made and uploaded in %.1f s\n", (long long)E,
+                    format_option_name(format),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      for (size_t a = 0; a < o.acts.size(); ++a) {
+        cfg.activation = o.acts[a];
+        // The last mode takes the weights themselves; the others a copy of them.
+        RoutedExperts routed(a + 1 < o.acts.size() ? copy_weights(w.routed) : std::move(w.routed), cfg,
+                             RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * kTopK},
+                             RoutedKernels::Fast, 0.0f);
+        for (const int64_t T : o.tokens) {
+          rows.push_back(bench_row(routed, w.tiles, f, E, T, format, o.acts[a], o, c));
+          print_row(rows.back(), c, modes, nvfp4_twin(rows, rows.back()), js);
+        }
+      }
+    }
   }
+  print_format_summary(rows);
   if (js) std::fclose(js);
   return 0;
 }

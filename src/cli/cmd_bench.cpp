@@ -9,7 +9,11 @@
 //        per-rank local compute of an expert-parallel layer;
 //   ep1: all 384 experts and the shared expert on one GPU, T tokens.
 // Weights are random code bytes and sane scale bytes made directly (14 GB for
-// 384 experts), never quantized from dense values. Each timed forward uses the
+// 384 experts), never quantized from dense values: NVFP4, or with --format
+// mxfp4 MXFP4 as DeepSeek's release holds them (cli/bench_weights.hpp),
+// which the device reads as 4.5 bits a weight like NVFP4 while its own
+// roofline counts the checkpoint's 4.25; --act picks the routed experts'
+// activation mode (docs/numerics.md §7). Each timed forward uses the
 // next of several routing/input sets so caches hold nothing useful between runs.
 #include <algorithm>
 #include <chrono>
@@ -22,6 +26,7 @@
 
 #include "checkpoint/file_util.hpp"
 #include "cli/args.hpp"
+#include "cli/bench_weights.hpp"
 #include "cli/commands.hpp"
 #include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
@@ -42,12 +47,20 @@ namespace {
 constexpr const char* kUsage =
     "usage: nvfp4moe bench [--workload ep8|ep1|both] [--tokens 1,8,64,512,2048,8192]\n"
     "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n"
+    "                      [--format nvfp4|mxfp4] [--act nvfp4|bf16|fp8]   (routed experts' weights, activations)\n"
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
     "       nvfp4moe bench --ep R [--model dsv4-pro|dsv4-flash] [--experts E] [--tokens LIST] [--iters 20]\n"
     "                      [--warmup 3] [--seed S] [--combine f32|bf16] [--graph] [--max-tokens N] [--unbounded]\n"
     "                      (R GPUs, one process each; --graph: one forward captured in a CUDA graph and replayed;\n"
     "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
     "                      token bound; docs/ep.md)\n";
+
+// What the routed experts are made of: weights and activations.
+struct Formats {
+  ExpertFormat weights = ExpertFormat::Nvfp4;
+  ActivationMode act = ActivationMode::Nvfp4;
+  bool is_default() const { return weights == ExpertFormat::Nvfp4 && act == ActivationMode::Nvfp4; }
+};
 
 #ifdef NVFP4MOE_HAS_CUDA
 
@@ -124,6 +137,7 @@ struct Row {
   std::string workload;
   int64_t T = 0, tokens_in = 0, pairs = 0, experts = 0;
   double us = 0, bytes = 0, flops = 0, roof_us = 0;
+  double ckpt_bytes = 0, ckpt_roof_us = 0;  // with the format's checkpoint bytes a weight
 };
 
 struct Ceilings {
@@ -131,11 +145,12 @@ struct Ceilings {
 };
 
 void run_workload(const std::string& name, const std::vector<int64_t>& tlist, int iters, int warmup, uint64_t seed,
-                  int device, const Ceilings& ceil, std::vector<Row>& rows) {
+                  int device, const Ceilings& ceil, Formats formats, std::vector<Row>& rows) {
   const bool ep8 = name == "ep8";
   MoeConfig c = dsv4_pro_config();
   const int64_t first = 0, count = ep8 ? c.experts / 8 : c.experts;
   if (ep8) c.shared_experts = 0;  // per-rank local routed compute
+  c.activation = formats.act;
   const int64_t H = c.hidden, I = c.intermediate, k = c.top_k;
 
   // Inputs first (their sizes decide max_tokens): a few sets per T, rotated.
@@ -151,7 +166,11 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, count);
+  const bool mx = formats.weights == ExpertFormat::Mxfp4;
+  // MXFP4: the router and shared expert of the NVFP4 layer (made with one
+  // expert, then replaced), the routed experts as MXFP4 bytes.
+  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, mx ? 1 : count);
+  if (mx) w.experts = make_random_mxfp4_experts(c, seed ^ 0x5eed, first, count);
   MoeOptions o;
   o.backend = Backend::Cuda;
   o.device = device;
@@ -161,7 +180,8 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
                (long long)count, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                (long long)max_tokens);
 
-  const double expert_bytes = double(3 * H * I) * 0.5625;  // codes + UE4M3 scales
+  const double expert_bytes = double(3 * H * I) * kDeviceBitsPerWeight / 8;  // what the device reads
+  const double ckpt_expert_bytes = double(3 * H * I) * checkpoint_bits_per_weight(formats.weights) / 8;
   const double shared_bytes = double(3 * H * c.shared_inter()) * 2.0;
   DeviceBuffer<uint16_t> y(size_t(max_tokens * H));
   cuda::CudaStream stream;
@@ -203,9 +223,11 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
     r.experts = int64_t(touched / iters + 0.5);
     r.tokens_in = int64_t(tokens_in / iters + 0.5);
     r.bytes = touched / iters * expert_bytes + (c.shared_experts ? shared_bytes : 0.0);
+    r.ckpt_bytes = touched / iters * ckpt_expert_bytes + (c.shared_experts ? shared_bytes : 0.0);
     r.flops = pairs / iters * 2.0 * 3.0 * double(H * I) +
               (c.shared_experts ? 2.0 * 3.0 * double(H * c.shared_inter()) * double(tlist[ti]) : 0.0);
     r.roof_us = std::max(r.bytes / ceil.read_bps, r.flops / ceil.bf16_flops) * 1e6;
+    r.ckpt_roof_us = std::max(r.ckpt_bytes / ceil.read_bps, r.flops / ceil.bf16_flops) * 1e6;
     rows.push_back(r);
     std::fprintf(stderr, "[%s] T=%lld done: %.1f us\n", name.c_str(), (long long)r.T, r.us);
   }
@@ -226,13 +248,16 @@ int cmd_bench(int argc, char** argv) {
   const Args args(argc, argv,
                   {flag("help"), flag("no-ceilings"), choice("workload", {"ep8", "ep1", "both"}),
                    int_list("tokens", 1, 8192), integer("iters", 1, kMaxIters), integer("warmup", 0, kMaxIters),
-                   integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex)});
+                   integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex),
+                   choice("format", {"nvfp4", "mxfp4"}), choice("act", {"nvfp4", "bf16", "fp8"})});
   const std::string workload = args.get("workload", "both");
   const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
+  const Formats formats{parse_format_option(args.get("format", "nvfp4")),
+                        parse_activation_mode(args.get("act", "nvfp4"))};
   if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
-  (void)iters, (void)warmup;  // parsed and checked all the same
+  (void)iters, (void)warmup, (void)formats;  // parsed and checked all the same
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else
   NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
@@ -249,23 +274,46 @@ int cmd_bench(int argc, char** argv) {
               measured ? "measured now" : "design figures, not measured", ceil.read_bps / 1e12, ceil.bf16_flops / 1e12);
   const uint64_t seed = uint64_t(args.get_int("seed", 1234));
   std::vector<Row> rows;
-  if (workload != "ep1") run_workload("ep8", tlist, iters, warmup, seed, device, ceil, rows);
-  if (workload != "ep8") run_workload("ep1", tlist, iters, warmup, seed + 1, device, ceil, rows);
+  if (workload != "ep1") run_workload("ep8", tlist, iters, warmup, seed, device, ceil, formats, rows);
+  if (workload != "ep8") run_workload("ep1", tlist, iters, warmup, seed + 1, device, ceil, formats, rows);
 
-  std::printf("\n%-5s %6s %7s %7s %4s %11s %9s %9s %11s %11s %9s\n", "work", "T", "rows", "pairs", "exp",
-              "time_us", "GB", "GFLOP", "TFLOP/s", "roof_us", "frac");
-  for (const Row& r : rows)
-    std::printf("%-5s %6lld %7lld %7lld %4lld %11.1f %9.3f %9.1f %11.1f %11.1f %8.1f%%\n", r.workload.c_str(),
+  // The default (NVFP4 weights and activations) prints what it always has;
+  // other formats say what they are, and MXFP4 adds its checkpoint's roofline.
+  const bool mx = formats.weights == ExpertFormat::Mxfp4;
+  if (!formats.is_default())
+    std::printf("\nrouted experts: %s weights, %s activations; GB, roof_us and frac count the bytes the device "
+                "reads (%.1f bits a weight)%s\n", format_option_name(formats.weights),
+                activation_mode_name(formats.act), kDeviceBitsPerWeight,
+                mx ? "; ckpt_GB, ckpt_roof_us and ckpt_frac the MXFP4 checkpoint's (4.25 bits a weight), the "
+                     "format's own roofline"
+                   : "");
+  std::printf("\n%-5s %6s %7s %7s %4s %11s %9s %9s %11s %11s %9s", "work", "T", "rows", "pairs", "exp", "time_us",
+              "GB", "GFLOP", "TFLOP/s", "roof_us", "frac");
+  if (mx) std::printf(" %9s %12s %9s", "ckpt_GB", "ckpt_roof_us", "ckpt_frac");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    std::printf("%-5s %6lld %7lld %7lld %4lld %11.1f %9.3f %9.1f %11.1f %11.1f %8.1f%%", r.workload.c_str(),
                 (long long)r.T, (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us,
                 r.bytes / 1e9, r.flops / 1e9, r.flops / (r.us * 1e-6) / 1e12, r.roof_us, 100.0 * r.roof_us / r.us);
+    if (mx) std::printf(" %9.3f %12.1f %8.1f%%", r.ckpt_bytes / 1e9, r.ckpt_roof_us, 100.0 * r.ckpt_roof_us / r.us);
+    std::printf("\n");
+  }
   if (auto csv = args.value("csv")) {
-    std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction\n";
+    // Other formats append theirs and the checkpoint's roofline (bench/perf_table.py reads both forms).
+    std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction";
+    text += formats.is_default() ? "\n" : ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction\n";
     for (const Row& r : rows) {
       char line[512];
-      std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f\n", r.workload.c_str(),
+      std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f", r.workload.c_str(),
                     (long long)r.T, (long long)r.tokens_in, (long long)r.pairs, (long long)r.experts, r.us, r.bytes,
                     r.flops, r.roof_us, r.roof_us / r.us);
       text += line;
+      if (!formats.is_default()) {
+        std::snprintf(line, sizeof line, ",%s,%s,%.0f,%.2f,%.4f", format_option_name(formats.weights),
+                      activation_mode_name(formats.act), r.ckpt_bytes, r.ckpt_roof_us, r.ckpt_roof_us / r.us);
+        text += line;
+      }
+      text += "\n";
     }
     fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output
   }

@@ -40,6 +40,24 @@ TEST(CliNoGpu, ConvertOnCudaIsRefusedBeforeAnyOutput) {
   EXPECT_FALSE(std::filesystem::exists(d / "out"));
 }
 
+// Every --format x --act of `bench` passes its option checks and stops at
+// the device, writing no CSV.
+TEST(CliNoGpu, BenchTakesEveryFormatAndModeUpToTheDevice) {
+  SKIP_WITH_GPU();
+  test::ScratchDir d;
+  for (const char* f : {"nvfp4", "mxfp4"})
+    for (const char* a : {"nvfp4", "bf16", "fp8"}) {
+      const std::string args = std::string("bench --workload ep8 --tokens 1 --format ") + f + " --act=" + a;
+      const test::ToolRun r = test::run_tool(args + " --csv " + q(d / "b.csv"));
+      EXPECT_EQ(r.code, 1) << args;
+      // With CUDA built but no device, or without the CUDA backend.
+      EXPECT_TRUE(r.err.find("bench needs a CUDA device; none is available") != std::string::npos ||
+                  r.err.find("bench needs the cuda backend; this build has none") != std::string::npos)
+          << args << ": " << r.err;
+      EXPECT_FALSE(std::filesystem::exists(d / "b.csv")) << args;
+    }
+}
+
 TEST(CliNoGpu, RunEpOnCudaSaysThereIsNoGpu) {
   SKIP_WITH_GPU();
   const uint64_t seed = test::fresh_seed();

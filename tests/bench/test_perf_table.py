@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""bench/perf_table.py on small inputs written here: routed JSON lines
+without "format" / "act" (the bench before those options) read as NVFP4
+with nvfp4 activations; MXFP4 rows take their roofline from the 4.25-bit
+checkpoint bytes and are set beside the NVFP4 row of the same workload,
+mode and T; the layer CSV in both of its forms. Standard library only
+(unittest), run by ctest (label cpu) as `python3 test_perf_table.py`."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "perf_table.py")
+H, I = 7168, 3072
+CEILINGS = {"kind": "ceilings", "read_tbps": 4.0, "copy_tbps": 3.6, "bf16_tflops": 800.0}
+
+
+def routed_row(T, touched, gemm_us, graph_us, fmt=None, act=None):
+    r = {"kind": "ours", "ep": "EP8", "experts": 48, "T": T, "pairs": 6 * T, "touched": touched,
+         "config": "decode", "gemm_us": gemm_us, "graph_us": graph_us, "sweep": ""}
+    if fmt:  # the fields the bench writes since --format / --act
+        weights = touched * 3.0 * H * I
+        bits = 4.25 if fmt == "mxfp4" else 4.5
+        r.update({"format": fmt, "act": act, "device_bits": 4.5, "checkpoint_bits": bits,
+                  "device_bytes": weights * 4.5 / 8, "checkpoint_bytes": weights * bits / 8})
+    return r
+
+
+def table_rows(text, first_cell):
+    """The cells of the markdown rows whose first cell is first_cell."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_cell:
+            out.append(cells)
+    return out
+
+
+class PerfTable(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_table(self, *args, **files):
+        paths = {}
+        for name, lines in files.items():
+            paths[name] = os.path.join(self.dir.name, name)
+            with open(paths[name], "w") as f:
+                f.write(lines)
+        argv = [a.format(**paths) for a in args]
+        p = subprocess.run([sys.executable, SCRIPT] + argv, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    @staticmethod
+    def json_lines(rows):
+        return "".join(json.dumps(r) + "\n" for r in rows)
+
+    def test_old_routed_json_reads_as_nvfp4(self):
+        text = self.run_table("--routed", "{old}",
+                              old=self.json_lines([CEILINGS, routed_row(8, 30, 300.0, 320.0),
+                                                   routed_row(1, 6, 100.0, 110.0)]))
+        rows = table_rows(text, "EP8 (48 experts)")
+        self.assertEqual([r[1] for r in rows], ["1", "8"], "sorted by T")
+        # workload, T, pairs, touched, kernel, format, act, path, GEMMs, roofline, GEMM fraction, path fraction
+        self.assertEqual(rows[0][:12], ["EP8 (48 experts)", "1", "6", "6", "decode", "nvfp4", "nvfp4", "110.0",
+                                        "100.0", "55.7", "56 %", "51 %"])
+        self.assertEqual(rows[1][5:7], ["nvfp4", "nvfp4"])
+        self.assertEqual(rows[1][9], "278.7")  # 30 experts x 3HI x 4.5 bits / 4 TB/s
+        self.assertNotIn("MXFP4 against NVFP4", text)
+
+    def test_mxfp4_rows_use_the_checkpoint_roofline_beside_nvfp4(self):
+        rows = [CEILINGS]
+        for fmt in ("mxfp4", "nvfp4"):
+            for act in ("fp8", "bf16"):
+                rows.append(routed_row(1, 6, 100.0 if fmt == "nvfp4" else 94.0, 125.0, fmt, act))
+        rows.append(routed_row(8, 30, 300.0, 320.0, "mxfp4", "fp8"))  # no NVFP4 twin: main table only
+        text = self.run_table("--routed", "{new}", new=self.json_lines(rows))
+        main = [r for r in table_rows(text, "EP8 (48 experts)") if len(r) == 16]
+        self.assertEqual([(r[1], r[5], r[6]) for r in main],
+                         [("1", "nvfp4", "bf16"), ("1", "nvfp4", "fp8"), ("1", "mxfp4", "bf16"),
+                          ("1", "mxfp4", "fp8"), ("8", "mxfp4", "fp8")])
+        self.assertEqual(main[0][9:11], ["55.7", "56 %"])   # 4.5 bits a weight
+        self.assertEqual(main[2][9:11], ["52.6", "56 %"])   # 4.25 bits: 52.6 us / 94 us
+        self.assertIn("MXFP4 against NVFP4", text)
+        pairs = [r for r in table_rows(text, "EP8 (48 experts)") if len(r) == 13]
+        self.assertEqual([(r[1], r[2]) for r in pairs], [("1", "bf16"), ("1", "fp8")])
+        # T, act, kernel, NVFP4 us, MXFP4 us, GB read, MXFP4 GB, fractions, ratio, path fractions
+        self.assertEqual(pairs[0][1:], ["1", "bf16", "decode", "100.0", "94.0", "0.223", "0.211", "56 %", "56 %",
+                                        "1.00", "45 %", "42 %"])
+
+    def test_layer_csv_both_forms(self):
+        head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
+        old = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
+        new = (head + ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction\n"
+               "ep8,1,5,8,7,100.0,268000000,1100000000,60.10,0.6010,mxfp4,fp8,253000000,56.80,0.5680\n")
+        for csv_text, want in ((old, ["nvfp4", "nvfp4", "60.1", "51 %"]), (new, ["mxfp4", "fp8", "56.8", "57 %"])):
+            text = self.run_table("--layer", "{layer}", layer=csv_text)
+            rows = table_rows(text, "ep8")
+            self.assertEqual(len(rows), 1, text)
+            self.assertEqual(rows[0][2:4] + rows[0][10:12], want)
+            self.assertEqual(rows[0][8], "0.268")  # GB: the bytes read, either form
+
+
+if __name__ == "__main__":
+    unittest.main()
