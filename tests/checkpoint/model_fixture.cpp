@@ -400,6 +400,17 @@ void expect_same_layer(const MoeWeights& got, const MoeWeights& want) {
   EXPECT_EQ(s.w2_scale, t.w2_scale);
 }
 
+RunInput write_run_input(uint64_t seed, int64_t T, int64_t H, const std::string& path) {
+  Rng rng(seed);
+  RunInput in{random_normal(rng, T * H), {}};
+  for (int64_t t = 0; t < T; ++t) in.tokens.push_back(int32_t(rng.below(FixtureModel::kVocab)));
+  SafetensorsWriter w;
+  w.add("hidden_states", DType::F32, {T, H}, in.x.data());
+  w.add("token_ids", DType::I32, {T}, in.tokens.data());
+  w.write(path);
+  return in;
+}
+
 ToolRun run_tool(const std::string& args) {
   ScratchDir d;
   const std::string err = d / "stderr";

@@ -83,4 +83,12 @@ struct ToolRun {
 };
 ToolRun run_tool(const std::string& args);
 
+// An input file of `nvfp4moe run`: hidden_states F32 [T, H] and token_ids
+// I32 [T] of fresh random values (x normal, ids below kVocab), returned too.
+struct RunInput {
+  std::vector<float> x;
+  std::vector<int32_t> tokens;
+};
+RunInput write_run_input(uint64_t seed, int64_t T, int64_t H, const std::string& path);
+
 }  // namespace nvfp4moe::test

@@ -28,14 +28,10 @@ TEST(RunModel, EitherLayoutRunsALayerAndTheMxfp4MtpBlock) {
   const FixtureModel model = test::make_fixture_model(seed);
   test::write_deepseek_layout(model, d / "a");
   test::write_huggingface_layout(model, d / "b");
-  const int64_t T = 5, H = model.config.hidden;
-  const std::vector<float> x = test::random_normal(rng, T * H);
-  std::vector<int32_t> tokens;
-  for (int64_t t = 0; t < T; ++t) tokens.push_back(int32_t(rng.below(FixtureModel::kVocab)));
-  SafetensorsWriter in;
-  in.add("hidden_states", DType::F32, {T, H}, x.data());
-  in.add("token_ids", DType::I32, {T}, tokens.data());
-  in.write(d / "x.safetensors");
+  const int64_t T = 5;
+  const test::RunInput in = test::write_run_input(rng.next(), T, model.config.hidden, d / "x.safetensors");
+  const std::vector<float>& x = in.x;
+  const std::vector<int32_t>& tokens = in.tokens;
   for (int L : {0, 2}) {
     SCOPED_TRACE("layer " + std::to_string(L));
     const std::string args = " --layer " + std::to_string(L) + " --input " + (d / "x.safetensors") + " --output ";

@@ -74,15 +74,10 @@ TEST_F(CudaModelLayouts, BothLayoutsRunToIdenticalOutputsOnTheGpu) {
 TEST_F(CudaModelLayouts, RunWritesTheInProcessOutputOfEitherLayout) {
   SKIP_WITHOUT_GPU();
   SCOPED_TRACE("seed " + std::to_string(seed_));
-  test::Rng rng(seed_ ^ 0x7a11);
-  const int64_t T = 7, H = model_.config.hidden;
-  const std::vector<float> x = test::random_normal(rng, T * H);
-  std::vector<int32_t> tokens;
-  for (int64_t t = 0; t < T; ++t) tokens.push_back(int32_t(rng.below(FixtureModel::kVocab)));
-  SafetensorsWriter in;
-  in.add("hidden_states", DType::F32, {T, H}, x.data());
-  in.add("token_ids", DType::I32, {T}, tokens.data());
-  in.write(dir_ / "x.safetensors");
+  const int64_t T = 7;
+  const test::RunInput in = test::write_run_input(seed_ ^ 0x7a11, T, model_.config.hidden, dir_ / "x.safetensors");
+  const std::vector<float>& x = in.x;
+  const std::vector<int32_t>& tokens = in.tokens;
   for (int L : {0, 1}) {
     SCOPED_TRACE("layer " + std::to_string(L));
     const std::string args = " --device cuda --layer " + std::to_string(L) + " --input " + (dir_ / "x.safetensors") +

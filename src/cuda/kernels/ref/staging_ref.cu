@@ -113,6 +113,11 @@ __global__ void abs_max_kernel(const void* x, bool bf16, int64_t n, unsigned* ou
   if (threadIdx.x == 0) atomicMax(out, __float_as_uint(m) & 0x7fffffffu);
 }
 
+// Columns [cols, ld) of one dequantized operand row read as zero (the block's threads).
+__device__ void zero_row_padding(__nv_bfloat16* deq_row, int64_t cols, int64_t ld) {
+  for (int64_t i = cols + threadIdx.x; i < ld; i += blockDim.x) deq_row[i] = __float2bfloat16_rn(0.0f);
+}
+
 __global__ void quantize_act_ref_kernel(QuantizeActArgs a, int64_t kp) {
   const int64_t row = blockIdx.x;
   const int64_t kb = a.cols / kBlock;
@@ -120,8 +125,7 @@ __global__ void quantize_act_ref_kernel(QuantizeActArgs a, int64_t kp) {
   if (a.mode != ActivationMode::Nvfp4) {
     if (threadIdx.x == 0) a.g_out[row] = 1.0f;
     stage_row_unquantized(load, a.mode, a.cols, a.deq + row * a.deq_ld, a.deq_order.kslot());
-    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
-      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+    zero_row_padding(a.deq + row * a.deq_ld, a.cols, a.deq_ld);
     return;
   }
   float g;
@@ -139,8 +143,7 @@ __global__ void quantize_act_ref_kernel(QuantizeActArgs a, int64_t kp) {
   for (int64_t b = threadIdx.x; b < kb; b += blockDim.x)
     quantize_block16(load, row, b, a.cols, g, a.codes, a.scales_linear, a.scales_swizzled, kp, a.deq, a.deq_ld, kslot);
   if (a.deq)
-    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
-      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+    zero_row_padding(a.deq + row * a.deq_ld, a.cols, a.deq_ld);
 }
 
 __global__ void requantize_rows_ref_kernel(RequantRowsArgs a) {
@@ -151,8 +154,7 @@ __global__ void requantize_rows_ref_kernel(RequantRowsArgs a) {
   if (a.mode != ActivationMode::Nvfp4) {
     if (threadIdx.x == 0) a.g_out[row] = 1.0f;
     stage_row_unquantized(load, a.mode, a.cols, a.deq + row * a.deq_ld, a.deq_order.kslot());
-    for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
-      a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+    zero_row_padding(a.deq + row * a.deq_ld, a.cols, a.deq_ld);
     return;
   }
   float g;
@@ -167,8 +169,7 @@ __global__ void requantize_rows_ref_kernel(RequantRowsArgs a) {
   const bool kslot = a.deq_order.kslot();
   for (int64_t b = threadIdx.x; b < a.cols / kBlock; b += blockDim.x)
     quantize_block16(load, row, b, a.cols, g, nullptr, nullptr, nullptr, 0, a.deq, a.deq_ld, kslot);
-  for (int64_t i = a.cols + threadIdx.x; i < a.deq_ld; i += blockDim.x)
-    a.deq[row * a.deq_ld + i] = __float2bfloat16_rn(0.0f);
+  zero_row_padding(a.deq + row * a.deq_ld, a.cols, a.deq_ld);
 }
 
 }  // namespace
