@@ -38,6 +38,17 @@ std::vector<TileItem> tile_items(const ExpertGroups& groups, int64_t experts, in
   return items;
 }
 
+// Tiles per take from the queue: a worker runs 8 consecutive tiles (128 rows,
+// one contiguous run of weight bytes), so its prefetches run on into its own
+// next tile rather than the other core's (measured: 4 and 16 no better).
+constexpr int64_t kTilesPerTake = 8;
+template <typename Fn>
+void run_tiles(int64_t n, WorkerPool& pool, Fn&& fn) {
+  run_items((n + kTilesPerTake - 1) / kTilesPerTake, pool, [&](int64_t take, int worker) {
+    for (int64_t i = take * kTilesPerTake; i < std::min(n, (take + 1) * kTilesPerTake); ++i) fn(i, worker);
+  });
+}
+
 // Per-worker scratch: one dequantized tile (allocated on first use: the
 // integer path never needs it, and zero-filling 2 x 256 KiB cost ~0.13 ms of
 // a decode forward) and one tile of dot results.
@@ -151,7 +162,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
   // 1. gate/up = a . W13^T, [pairs (sorted), 2I]: rows [0, I) gate, [I, 2I) up.
   std::vector<float> gateup(static_cast<size_t>(n_pairs * 2 * I));
   const std::vector<TileItem> l1_items = tile_items(groups, E, 2 * I);
-  run_items(int64_t(l1_items.size()), pool, [&](int64_t item, int worker) {
+  run_tiles(int64_t(l1_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l1_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, 2 * I - it.row0);
     const uint8_t* codes = w.w13_codes.data() + (e * 2 * I + it.row0) * (H / 2);
@@ -196,7 +207,7 @@ void run_routed_experts(const MoeConfig& cfg, const ExpertWeights& w, const floa
 
   // 3. o = QDQ(h) . W2^T, [pairs, H], written at the ORIGINAL pair index.
   const std::vector<TileItem> l2_items = tile_items(groups, E, H);
-  run_items(int64_t(l2_items.size()), pool, [&](int64_t item, int worker) {
+  run_tiles(int64_t(l2_items.size()), pool, [&](int64_t item, int worker) {
     const TileItem it = l2_items[size_t(item)];
     const int64_t e = it.expert, n = std::min(kTileRows, H - it.row0);
     const uint8_t* codes = w.w2_codes.data() + (e * H + it.row0) * (I / 2);
