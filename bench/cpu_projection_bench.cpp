@@ -29,7 +29,8 @@ using bench::Clock;
 
 namespace {
 
-constexpr int64_t kTile = 16;  // weight rows per work item, as in the routed experts
+constexpr int64_t kTile = 16;        // weight rows per kernel call, as in the routed experts
+constexpr int64_t kTilesPerTake = 8;  // consecutive tiles per work item, as there
 
 struct Matrix {
   std::vector<uint8_t> codes, scales;
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
         for (int it = 0; it < iters + 1; ++it) {
           const Matrix& m = w[size_t(it % n_copies)];
           const auto t0 = Clock::now();
-          cpu::run_items((N + kTile - 1) / kTile, pool, [&](int64_t tile, int worker) {
+          // One 16-row tile, as one work item of the routed experts runs it.
+          auto one_tile = [&](int64_t tile, int worker) {
             const int64_t r0 = tile * kTile, n = std::min(kTile, N - r0);
             const uint8_t* codes = m.codes.data() + r0 * (K / 2);
             const uint8_t* scales = m.scales.data() + r0 * (K / 16);
@@ -109,6 +111,11 @@ int main(int argc, char** argv) {
                   for (int64_t r = 0; r < n; ++r) out[size_t((t0 + i) * N + r0 + r)] = dots[i * kTile + r] * g[size_t(t0 + i)];
               }
             }
+          };
+          const int64_t n_tiles = (N + kTile - 1) / kTile;
+          cpu::run_items((n_tiles + kTilesPerTake - 1) / kTilesPerTake, pool, [&](int64_t take, int worker) {
+            for (int64_t i = take * kTilesPerTake; i < std::min(n_tiles, (take + 1) * kTilesPerTake); ++i)
+              one_tile(i, worker);
           });
           if (it > 0) t.push_back(bench::seconds_since(t0));  // the first call warms the code and the pool
         }
