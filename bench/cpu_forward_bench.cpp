@@ -11,8 +11,13 @@
 // bandwidth measured in the same run on the same number of threads, and the
 // forward's wall time as a multiple of it.
 //
+// Each timed forward starts with its weights cold: a 1 GiB read (untimed)
+// evicts them from the caches first; `warm` as the fourth argument skips it
+// (the same input then finds its experts in the last-level cache).
+//
 // Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_cpu_bench.
-// Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads]
+// Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads] [cold|warm]
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +43,7 @@ int main(int argc, char** argv) {
     }
   }
   const int threads = argc > 3 ? std::atoi(argv[3]) : 0;
+  const bool cold = !(argc > 4 && std::string(argv[4]) == "warm");
   const int64_t E = c.experts, H = c.hidden, I = c.intermediate;
 
   MoeWeights w;
@@ -72,18 +78,23 @@ int main(int argc, char** argv) {
   o.threads = threads;
   Moe moe(std::move(w), o);
 
-  double bw = 0;
-  {
-    WorkerPool pool(threads);
-    std::vector<uint64_t> buf(size_t(1) << 27);  // 1 GiB
-    for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
-    bw = bench::read_bandwidth(pool, buf);
-  }
+  // The bandwidth buffer stays: reading it before each timed forward evicts
+  // the weights from every cache (this machine's last-level cache can hold a
+  // decode forward's 130 MiB), so every forward streams them from DRAM.
+  WorkerPool flush_pool(threads);
+  std::vector<uint64_t> buf(size_t(1) << 27);  // 1 GiB
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+  const double bw = bench::read_bandwidth(flush_pool, buf);
+  std::atomic<uint64_t> sink{0};
+  auto evict_caches = [&] {
+    parallel_for(flush_pool, int64_t(buf.size()), 1 << 16,
+                 [&](int64_t b, int64_t e) { sink += bench::read_words(buf.data() + b, e - b); });
+  };
   const double expert_bytes = double(3 * I * H / 2 + 3 * I * H / 16);
   const double fixed_bytes = double(3 * Is * H * 2 + E * H * 4);  // BF16 shared expert, FP32 gate
-  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s threads, read bandwidth %.1f GB/s\n", model.c_str(),
+  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s threads, read bandwidth %.1f GB/s, weights %s\n", model.c_str(),
               (long long)H, (long long)I, (long long)E, (long long)c.top_k,
-              threads ? std::to_string(threads).c_str() : "all", bw / 1e9);
+              threads ? std::to_string(threads).c_str() : "all", bw / 1e9, cold ? "cold" : "warm");
   std::printf("%8s %8s %12s %12s %10s %10s %8s\n", "tokens", "experts", "wall ms", "cpu ms", "tokens/s", "floor ms",
               "x floor");
   for (const int64_t T : tokens) {
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
     const int iters = T <= 16 ? 7 : 3;
     std::vector<double> walls, cpus;
     for (int i = 0; i < iters; ++i) {
+      if (cold) evict_caches();
       const auto t0 = bench::Clock::now();
       const std::clock_t c0 = std::clock();
       moe.forward_host({.x = in, .tokens = T});

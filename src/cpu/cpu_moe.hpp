@@ -32,6 +32,10 @@ void route_tokens(const MoeConfig& cfg, const RouterWeights& router, const float
 
 // The router's float logit of expert e for one token (exact products, double sum).
 float router_logit(const float* x, const float* gate_row, int64_t hidden);
+// out[e] = router_logit(x, gate row e) for e in [0, experts), gate [experts, hidden]:
+// the scalar definition (_ref) and the AVX-512 version, bit-identical.
+void router_logits_ref(const float* x, const float* gate, int64_t experts, int64_t hidden, float* out);
+void router_logits(const float* x, const float* gate, int64_t experts, int64_t hidden, float* out);
 
 // The routing of a forward whose tensors check_forward_args accepted: the
 // caller's GLOBAL ids (checked to be in [-1, E)) and weights, or the

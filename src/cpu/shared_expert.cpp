@@ -48,9 +48,13 @@ void weight_gemm(const float* in, int64_t tokens, const WeightRows& W, int64_t N
                  int64_t ldo, WorkerPool& pool) {
   static const E2m1PairTable lut;
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
-  run_items(tiles, pool, [&](int64_t tile, int) {
+  // One widened tile per worker for the call (allocated and zero-filled per
+  // item it cost more than the dots at decode: 256 KiB for 128 KiB of BF16).
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(item_workers(tiles, pool)));
+  run_items(tiles, pool, [&](int64_t tile, int worker) {
     const int64_t n0 = tile * kTileRows, n = std::min(kTileRows, N - n0);
-    std::vector<float> wt(static_cast<size_t>(n * K));
+    std::vector<float>& wt = scratch[size_t(worker)];
+    if (wt.size() < size_t(kTileRows * K)) wt.resize(size_t(kTileRows * K));
     // BF16 and few tokens: widen inside the dots; else widen the tile once.
     const bool fused = W.bf16 && tokens <= kDotTokens;
     if (!fused) widen_rows(lut, W, n0, n, K, wt.data());

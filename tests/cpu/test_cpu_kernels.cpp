@@ -178,5 +178,23 @@ TEST(RouterMath, ScoresTopkAndWeightsFollowTheSpec) {
   EXPECT_EQ(cpu::router_logit(x.data(), g.data(), 16), 4.0f);
 }
 
+TEST(CpuKernels, RouterLogitsMatchReferenceBitwise) {
+  const uint64_t seed = fresh_seed();
+  Rng rng(seed);
+  for (const int64_t hidden : {int64_t(4096), int64_t(4100), int64_t(7)})
+    for (const int64_t experts : {int64_t(1), int64_t(7), int64_t(256)}) {
+      SCOPED_TRACE(::testing::Message() << "seed=" << seed << " hidden=" << hidden << " experts=" << experts);
+      // Wide magnitudes, so the double sums carry many binades and cancel.
+      std::vector<float> x = random_normal(rng, hidden), g = random_normal(rng, experts * hidden);
+      for (auto& v : x) v = std::ldexp(v, int(rng.below(40)) - 20);
+      for (auto& v : g) v = std::ldexp(v, int(rng.below(40)) - 20);
+      std::vector<float> a(static_cast<size_t>(experts)), b(static_cast<size_t>(experts));
+      cpu::router_logits(x.data(), g.data(), experts, hidden, a.data());
+      cpu::router_logits_ref(x.data(), g.data(), experts, hidden, b.data());
+      EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
+                      experts * 4, "router_logits vs ref");
+    }
+}
+
 }  // namespace
 }  // namespace nvfp4moe::test
