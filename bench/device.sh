@@ -3,7 +3,7 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,shared,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
@@ -11,7 +11,9 @@
 #   modes: the routed-expert bench over --format nvfp4,mxfp4 x --act nvfp4,bf16,fp8
 #          -> $OUT/modes.json, its table -> $OUT/modes_table.md;
 #   convert: `convert --device cuda` on one DeepSeek-V4-Pro layer of 48 experts
-#          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log.
+#          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log;
+#   shared: the FP8 shared expert against its BF16 form, every path side by
+#          side (target nvfp4moe_shared_expert_bench) -> $OUT/shared_expert.md.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -47,6 +49,7 @@ if has_step build; then
   targets="nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli"
   if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
+  if has_step shared; then targets="$targets nvfp4moe_shared_expert_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
   rc=$?
@@ -157,6 +160,21 @@ if has_step convert; then
     note "convert: bench rc=$rc"
   else
     note "convert: $CONVERT_BENCH was not built"
+  fi
+fi
+
+# The FP8 shared expert (V4-Pro and -Flash, T = 1 .. 2048; ~15 s). Not a default step.
+SHARED_BENCH="$BUILD/bench/nvfp4moe_shared_expert_bench"
+if has_step shared; then
+  if [[ -x "$SHARED_BENCH" ]]; then
+    set +e
+    timeout 120 "$SHARED_BENCH" --reps 20 --tokens 1,8,16,32,64,128,256,512,2048 > "$OUT/shared_expert.md" 2>&1
+    rc=$?
+    set -e
+    cat "$OUT/shared_expert.md"
+    note "shared: bench rc=$rc"
+  else
+    note "shared: $SHARED_BENCH was not built"
   fi
 fi
 
