@@ -10,8 +10,10 @@
 //
 // run(): x rounded to BF16 first; BF16 weights through kernels/shared_expert.hpp
 // (tensor-core GEMV kernels up to 8 tokens, cuBLAS beyond), FP8 weights
-// through kernels/shared_expert_fp8.hpp, or, for a batch of more than
-// kFp8GemmMinTokens - 1 tokens with power-of-two tile scales, the weights
+// through kernels/shared_expert_fp8.hpp (its GEMV form up to 16 tokens,
+// beyond its wgmma form with power-of-two tile scales, else its split form;
+// the wgmma form's x scratch and TMA maps are made here once), or, for a
+// batch of kFp8GemmMinTokens or more with power-of-two tile scales, the weights
 // dequantized exactly to BF16 in row chunks of kFp8GemmChunkRows, each
 // multiplied by cuBLAS while it is in L2 (a forward that long is bound by
 // the tensor cores, not by the weight bytes). run_ref(): the scalar
