@@ -3,7 +3,7 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,shared,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,shared,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
@@ -12,6 +12,9 @@
 #          -> $OUT/modes.json, its table -> $OUT/modes_table.md;
 #   convert: `convert --device cuda` on one DeepSeek-V4-Pro layer of 48 experts
 #          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log;
+#   quantize: `quantize --device cuda` of one BF16 DeepSeek-V4-Pro layer of 48
+#          experts against the read rate of its input (target
+#          nvfp4moe_quantize_bench) -> $OUT/quantize.log;
 #   shared: the FP8 shared expert against its BF16 form, every path side by
 #          side (target nvfp4moe_shared_expert_bench) -> $OUT/shared_expert.md.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
@@ -50,6 +53,7 @@ if has_step build; then
   if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
   if has_step shared; then targets="$targets nvfp4moe_shared_expert_bench"; fi
+  if has_step quantize; then targets="$targets nvfp4moe_quantize_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
   rc=$?
@@ -160,6 +164,21 @@ if has_step convert; then
     note "convert: bench rc=$rc"
   else
     note "convert: $CONVERT_BENCH was not built"
+  fi
+fi
+
+# quantize --device cuda of one 6.3 GB BF16 layer (~1 minute). Not a default step.
+QUANTIZE_BENCH="$BUILD/bench/nvfp4moe_quantize_bench"
+if has_step quantize; then
+  if [[ -x "$QUANTIZE_BENCH" ]]; then
+    set +e
+    timeout 300 "$QUANTIZE_BENCH" 48 "${TMPDIR:-/tmp}" > "$OUT/quantize.log" 2>&1
+    rc=$?
+    set -e
+    cat "$OUT/quantize.log"
+    note "quantize: bench rc=$rc"
+  else
+    note "quantize: $QUANTIZE_BENCH was not built"
   fi
 fi
 

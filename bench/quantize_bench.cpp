@@ -1,0 +1,113 @@
+// `nvfp4moe quantize --device cuda` against the speed of reading its input:
+// one BF16 MoE layer of DeepSeek-V4-Pro's geometry (H = 7168, I = 3072; 48
+// experts by default, 6.3 GB) in DeepSeek's names, one shard, quantized by
+// the CLI itself (a child process, as a user runs it), and the same file
+// read once before into a buffer (the read rate the quantizer has to keep
+// up with; the file is in the page cache after it is written, so it is the
+// upper end of what a disk gives).
+//
+// Prints the input size, its read rate, and per device the wall time of the
+// command and the rate of input it took in. Weights are a few random BF16
+// patterns shared by every expert: the work does not depend on the values.
+// The scratch directory under DIR (default /tmp) is removed at the end.
+//
+// Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_quantize_bench.
+// Run: nvfp4moe_quantize_bench [experts] [DIR] [cpu]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nvfp4moe/checkpoint.hpp"
+#include "nvfp4moe/moe.hpp"
+
+using namespace nvfp4moe;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Normal-ish BF16 values of magnitude ~0.02 (as trained expert weights).
+std::vector<Bf16> random_weights(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<Bf16> v(n);
+  for (auto& x : v) x = bf16_from_float(d(rng));
+  return v;
+}
+
+// Reads `path` once in 64 MiB pieces; returns GB/s.
+double read_rate(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return 0.0;
+  std::vector<char> buf(size_t(64) << 20);
+  size_t total = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) total += n;
+  const double s = seconds_since(t0);
+  std::fclose(f);
+  return double(total) / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t E = argc > 1 ? std::atoll(argv[1]) : 48, H = 7168, I = 3072;
+  const std::string parent = argc > 2 ? argv[2] : "/tmp";
+  const bool with_cpu = argc > 3 && std::string(argv[3]) == "cpu";
+  if (E < 1 || E > 384) {
+    std::fprintf(stderr, "nvfp4moe_quantize_bench: experts must be in [1, 384], got %lld\n", (long long)E);
+    return 2;
+  }
+  std::string tmpl = parent + "/nvfp4moe-quantize-bench-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
+    std::fprintf(stderr, "nvfp4moe_quantize_bench: cannot create a directory under %s\n", parent.c_str());
+    return 1;
+  }
+  const std::string dir = tmpl, in = dir + "/layer.safetensors";
+  std::mt19937_64 rng(1);
+  const std::vector<Bf16> w13 = random_weights(rng, size_t(I * H)), w2 = random_weights(rng, size_t(H * I));
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    SafetensorsWriter w;
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string p = "layers.0.ffn.experts." + std::to_string(e) + ".";
+      w.add(p + "w1.weight", DType::BF16, {I, H}, w13.data());
+      w.add(p + "w3.weight", DType::BF16, {I, H}, w13.data());
+      w.add(p + "w2.weight", DType::BF16, {H, I}, w2.data());
+    }
+    w.write(in);
+  }
+  const double gb = double(std::filesystem::file_size(in)) / 1e9;
+  std::printf("one BF16 MoE layer, DeepSeek-V4-Pro geometry: H=%lld I=%lld, %lld experts, %.2f GB (written in %.1f s)\n",
+              (long long)H, (long long)I, (long long)E, gb, seconds_since(t0));
+  const double read = read_rate(in);
+  std::printf("reading it: %.2f GB/s\n%-8s %10s %10s %12s\n", read, "device", "wall s", "GB/s in", "x read rate");
+  int rc_all = 0;
+  for (const char* device : {"cuda", "cpu"}) {
+    if (std::string(device) == "cpu" && !with_cpu) continue;
+    const std::string out = dir + "/out-" + device + ".safetensors";
+    const std::string cmd = std::string(NVFP4MOE_CLI_PATH) + " quantize --in " + in + " --out " + out +
+                            " --device " + device + " > " + dir + "/log-" + device + " 2>&1";
+    std::fflush(stdout);
+    t0 = std::chrono::steady_clock::now();
+    const int rc = std::system(cmd.c_str());
+    const double wall = seconds_since(t0);
+    if (rc != 0) {
+      std::printf("%-8s quantize failed (status %d), the end of its log:\n", device, rc);
+      std::fflush(stdout);
+      std::system(("tail -3 " + dir + "/log-" + device).c_str());
+      rc_all = 1;
+      continue;
+    }
+    std::printf("%-8s %10.2f %10.2f %12.2f\n", device, wall, gb / wall, gb / wall / read);
+    std::fflush(stdout);
+    std::filesystem::remove(out);
+  }
+  std::filesystem::remove_all(dir);
+  return rc_all;
+}
