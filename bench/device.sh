@@ -152,50 +152,32 @@ if has_step modes; then
   fi
 fi
 
-# The MXFP4 -> NVFP4 conversion of one layer on the GPU. Not a default step.
-CONVERT_BENCH="$BUILD/bench/nvfp4moe_convert_bench"
-if has_step convert; then
-  if [[ -x "$CONVERT_BENCH" ]]; then
-    set +e
-    timeout 300 "$CONVERT_BENCH" 48 "${TMPDIR:-/tmp}" > "$OUT/convert.log" 2>&1
-    rc=$?
-    set -e
-    cat "$OUT/convert.log"
-    note "convert: bench rc=$rc"
-  else
-    note "convert: $CONVERT_BENCH was not built"
+# One bench program as a step: `bench_step NAME LIMIT_S LOG BINARY ARGS...`
+# runs it under its time limit when the step is asked for, prints its log
+# and notes its status.
+bench_step() {
+  local name="$1" limit="$2" log="$3" bin="$4"
+  shift 4
+  has_step "$name" || return 0
+  if [[ ! -x "$bin" ]]; then
+    note "$name: $bin was not built"
+    return 0
   fi
-fi
+  set +e
+  timeout "$limit" "$bin" "$@" > "$OUT/$log" 2>&1
+  local rc=$?
+  set -e
+  cat "$OUT/$log"
+  note "$name: bench rc=$rc"
+}
 
-# quantize --device cuda of one 6.3 GB BF16 layer (~1 minute). Not a default step.
-QUANTIZE_BENCH="$BUILD/bench/nvfp4moe_quantize_bench"
-if has_step quantize; then
-  if [[ -x "$QUANTIZE_BENCH" ]]; then
-    set +e
-    timeout 300 "$QUANTIZE_BENCH" 48 "${TMPDIR:-/tmp}" > "$OUT/quantize.log" 2>&1
-    rc=$?
-    set -e
-    cat "$OUT/quantize.log"
-    note "quantize: bench rc=$rc"
-  else
-    note "quantize: $QUANTIZE_BENCH was not built"
-  fi
-fi
-
-# The FP8 shared expert (V4-Pro and -Flash, T = 1 .. 2048; ~15 s). Not a default step.
-SHARED_BENCH="$BUILD/bench/nvfp4moe_shared_expert_bench"
-if has_step shared; then
-  if [[ -x "$SHARED_BENCH" ]]; then
-    set +e
-    timeout 120 "$SHARED_BENCH" --reps 20 --tokens 1,8,16,32,64,128,256,512,2048 > "$OUT/shared_expert.md" 2>&1
-    rc=$?
-    set -e
-    cat "$OUT/shared_expert.md"
-    note "shared: bench rc=$rc"
-  else
-    note "shared: $SHARED_BENCH was not built"
-  fi
-fi
+# Not default steps: the MXFP4 -> NVFP4 conversion of one layer on the GPU;
+# quantize --device cuda of one 6.3 GB BF16 layer (~1 minute); the FP8
+# shared expert (V4-Pro and -Flash, T = 1 .. 2048; ~15 s).
+bench_step convert 300 convert.log "$BUILD/bench/nvfp4moe_convert_bench" 48 "${TMPDIR:-/tmp}"
+bench_step quantize 300 quantize.log "$BUILD/bench/nvfp4moe_quantize_bench" 48 "${TMPDIR:-/tmp}"
+bench_step shared 120 shared_expert.md "$BUILD/bench/nvfp4moe_shared_expert_bench" --reps 20 \
+  --tokens 1,8,16,32,64,128,256,512,2048
 
 # Expert parallelism (built against torch's NCCL 2.28.9: the system copy there
 # is older) and the Python package (GPU pytest suite): delegated to their own
