@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
+#include "cuda/kernels/split_k_arrival.cuh"
 #include "cuda/kernels/swiglu.cuh"
 #include "cuda/layout/fp8_fragment_layout.hpp"
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
@@ -241,7 +242,6 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [S][kNT * 8][kXStride]
   constexpr int kXTile = kNT * 8 * kXStride;
-  __shared__ int is_last;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int tile = int(blockIdx.x), rb = int(blockIdx.y), split = int(blockIdx.z), splits = int(gridDim.z);
   const int token0 = tile * kTokenTile;
@@ -305,14 +305,7 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
         p.partial[slot(split, n, j) + row_hi] = acc[n][2 + j];
       }
   }
-  __threadfence();
-  __syncthreads();
-  int32_t* counter = p.counters + int64_t(tile) * gridDim.y + rb;
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  if (!last_split_to_arrive(p.counters + int64_t(tile) * gridDim.y + rb, splits)) return;
   if (row_lo < 0) return;
   float sum[kNT][4];
 #pragma unroll

@@ -29,6 +29,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
 #include "cuda/kernels/shared_expert_fp8.hpp"
+#include "cuda/kernels/split_k_arrival.cuh"
 #include "cuda/kernels/swiglu.cuh"
 #include "cuda/layout/fp8_fragment_layout.hpp"
 #include "cuda/layout/tensor_map.hpp"
@@ -143,7 +144,6 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_wgmma_kernel(const WgmmaP
                                                                     const __grid_constant__ CUtensorMap x_map) {
   using R = Ring<kBlockN>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int is_last;
   const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int tile = int(blockIdx.x), rb = int(blockIdx.y), split = int(blockIdx.z), splits = int(gridDim.z);
@@ -160,7 +160,9 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_wgmma_kernel(const WgmmaP
   __syncthreads();
 
   float acc[kBlockN / 2];
-  const int g = lane / 4, t = lane % 4, u = u0 + warp;
+  const int g = lane / 4, t = lane % 4, u = u0 + warp;  // (the producer warp's u, rows: unused)
+  const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
+  const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
   if (warp == 4) {  // producer
     if (lane == 0) {
       ptx::prefetch_tensor_map(&x_map);
@@ -184,8 +186,6 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_wgmma_kernel(const WgmmaP
       }
     }
   } else {  // consumers: warp w owns m-tile u0 + w
-    const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
-    const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
     const float* scale_lo = p.scale + int64_t(row_lo / 8) * p.tiles_k;
     const float* scale_hi = p.scale + int64_t(row_hi / 8) * p.tiles_k;
 #pragma unroll
@@ -230,23 +230,14 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_wgmma_kernel(const WgmmaP
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t col = int64_t((split * tiles + tile) * kBlockN + 8 * j + 2 * t + c) * p.rows;
-        p.partial[col + (kSwiGlu ? row_lo : 16 * u + g)] = acc[4 * j + c];
-        p.partial[col + (kSwiGlu ? row_hi : 16 * u + 8 + g)] = acc[4 * j + 2 + c];
+        p.partial[col + row_lo] = acc[4 * j + c];
+        p.partial[col + row_hi] = acc[4 * j + 2 + c];
       }
   }
   if (splits == 1) return;
   // Split K: the last CTA of the output block adds the splits in order.
-  __threadfence();
-  __syncthreads();
-  int32_t* counter = p.counters + int64_t(tile) * gridDim.y + rb;
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!is_last || warp == 4) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  if (!last_split_to_arrive(p.counters + int64_t(tile) * gridDim.y + rb, splits) || warp == 4) return;
   const int tiles = int(gridDim.x);
-  const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
-  const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
 #pragma unroll
   for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
