@@ -65,7 +65,7 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
   xb_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(hidden_));
   h_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(inter_));
   gate_up_ = DeviceBuffer<float>(size_t(max_tokens) * 2 * size_t(inter_));
-  if (format_ == SharedExpertFormat::Fp8Block && fp8_fold_ && max_tokens > 16 && hidden_ % 64 == 0 && inter_ % 64 == 0) {
+  if (format_ == SharedExpertFormat::Fp8Block && fp8_fold_ && hidden_ % 64 == 0 && inter_ % 64 == 0) {
     x_perm_ = DeviceBuffer<__nv_bfloat16>(size_t(max_tokens) * size_t(hidden_));
     wgmma_maps_ = std::make_unique<Fp8WgmmaMaps>(make_fp8_wgmma_maps(x_perm_.get(), h_.get(), max_tokens, hidden_, inter_));
   }

@@ -76,7 +76,7 @@ class DeviceSharedExpert {
                                            // [kFp8GemmChunkRows, max(H, Is)] dequantized rows
   bool fp8_pow2_ = false;
   bool fp8_fold_ = false;                   // Fp8Block: tile factors 2^-117 .. 2^7 (the wgmma form)
-  DeviceBuffer<__nv_bfloat16> x_perm_;      // Fp8Block, fp8_fold_, max_tokens > 16: [max_tokens, H]
+  DeviceBuffer<__nv_bfloat16> x_perm_;      // Fp8Block, fp8_fold_, H and Is multiples of 64: [max_tokens, H]
   std::unique_ptr<Fp8WgmmaMaps> wgmma_maps_;  // of x_perm_ and h_
   int sms_ = 0;
   Fp8Choice fp8_choice_;

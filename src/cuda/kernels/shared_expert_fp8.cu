@@ -456,11 +456,16 @@ std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_
   return table;
 }
 
+bool shared_fp8_uses_wgmma(const SharedFp8Args& a) {
+  return a.path == Fp8SharedPath::Wgmma ||
+         (a.path == Fp8SharedPath::Auto && a.tokens >= kFp8WgmmaMinTokens && shared_fp8_wgmma_supports(a));
+}
+
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
   NVFP4_CHECK(shared_fp8_supports(a), "shared_expert_fp8: unsupported T=", a.tokens, " H=", a.hidden, " Is=", a.inter,
               " (H and Is multiples of 16, 16-byte aligned x, weights and h)");
   if (a.tokens == 0) return;
-  if (a.path == Fp8SharedPath::Wgmma || (a.path == Fp8SharedPath::Auto && a.tokens > 16 && shared_fp8_wgmma_supports(a))) {
+  if (shared_fp8_uses_wgmma(a)) {
     shared_expert_fp8_wgmma(a, stream);
     return;
   }

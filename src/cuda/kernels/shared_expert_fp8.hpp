@@ -45,16 +45,18 @@ constexpr int64_t kFp8ScaleTile = 128;   // rows and columns of one scale tile
 constexpr int64_t kFp8ScaleGroup = 8;    // weight rows per entry of a group scale table
 constexpr int64_t kFp8MaxSplitRows = 8;  // splits x token tiles (of 64) the workspace holds
 
-// Which kernels run (Auto: the GEMV form up to 16 tokens, beyond the wgmma
-// form where shared_fp8_wgmma_supports, else the split form; the others for
-// tests and benchmarks).
+// Which kernels run (Auto: the wgmma form from kFp8WgmmaMinTokens tokens
+// where shared_fp8_wgmma_supports, else the GEMV form up to 16 tokens and
+// the split form beyond; the others for tests and benchmarks).
 enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv, Wgmma };
+constexpr int64_t kFp8WgmmaMinTokens = 17;
 
-// The wgmma form's TMA maps of its x_perm and h scratch (widths 32, 64,
+// The wgmma form's TMA maps of its x_perm and h scratch (widths 16, 32, 64,
 // 128), built once for buffers of max_tokens rows; building them also
 // raises the kernels' shared-memory opt-in on the current device.
+constexpr int kFp8WgmmaWidths = 4;
 struct Fp8WgmmaMaps {
-  CUtensorMap x[3], h[3];
+  CUtensorMap x[kFp8WgmmaWidths], h[kFp8WgmmaWidths];
   int64_t max_tokens = 0;
 };
 Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat16* h, int64_t max_tokens,
@@ -91,12 +93,15 @@ int64_t shared_fp8_counters(int64_t hidden, int64_t inter);
 std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols);
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
+// Whether shared_expert_fp8 runs the wgmma form for `a`.
+bool shared_fp8_uses_wgmma(const SharedFp8Args& a);
 
 // The wgmma form (kernels/shared_expert_fp8_wgmma.cu): one producer warp and
-// one consumer warpgroup per 64 rows x up to 128 tokens, weights by bulk
-// copy and x by TMA through a shared-memory ring, A fragments converted in
-// registers with the tile factor folded in. H and Is multiples of 64,
-// scales_fold, x_perm given.
+// two consumer warpgroups (alternate K tiles) per 64 rows x up to 128 tokens
+// x all of K, weights by bulk copy and x by TMA through a shared-memory
+// ring, A fragments converted in registers with the tile factor folded in.
+// H and Is multiples of 64 up to 16384, scales_fold, x_perm given; it takes
+// no K split (force_splits, partial and counters are the split form's).
 bool shared_fp8_wgmma_supports(const SharedFp8Args& a);
 void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream);
 

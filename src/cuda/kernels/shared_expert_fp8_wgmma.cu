@@ -1,21 +1,31 @@
 // shared_expert_fp8_wgmma (see shared_expert_fp8.hpp): the FP8 shared
-// expert's wgmma form, for 17 tokens and more.
+// expert's wgmma form.
 //
-// Per projection one kernel; a CTA is one producer warp and one consumer
-// warpgroup on 64 weight rows (4 m-tiles of the fragment layout, one per
-// warp) x kBlockN tokens x a range of 128-column K tiles:
+// Per projection one kernel; a CTA is one producer warp and two consumer
+// warpgroups on 64 weight rows (4 m-tiles of the fragment layout, one per
+// warp of a warpgroup) x kBlockN tokens x all of K, one CTA an SM:
 //   producer  per K tile: the 4 m-tiles' 2 KB fragment blocks (bulk copies)
 //             and the two 64-column chunks of x (TMA, 128-byte swizzle) into
-//             a ring of stages, completing on the stage's full barrier;
-//   consumer  per K tile: each warp turns its 4 x 16 bytes into the A
+//             a ring of stages (~200 KB: up to 128 KB of weights in flight
+//             an SM, which HBM's latency needs), completing on the stage's
+//             full barrier; launched for programmatic dependent launch, it
+//             issues the weights of the first stages before it waits for
+//             the kernel that writes x, so that they overlap its tail;
+//   consumers first the CTA's tile factors, as BF16 multipliers, into shared
+//             memory (one global load each up front, not one on every K
+//             tile's critical path); then warpgroup j takes the K tiles
+//             j, j + 2, ...: each warp turns its 4 x 16 bytes into the A
 //             fragments of 8 k16 steps in registers (E4M3 -> BF16 by integer
 //             operations, the tile's power-of-two factor folded into the
-//             BF16 multiply: exact), then 8 wgmma m64nNk16 with B = x in
-//             shared memory, and releases the stage once they are done;
-//   epilogue  the accumulators (FP32 over all of K) -> h (gate/up, SwiGLU in
-//             registers) or out (down); when K is split over gridDim.z, the
-//             splits' sums go to a workspace and the last CTA of an output
-//             block adds them in split order.
+//             BF16 multiply: exact), issues 8 wgmma m64nNk16 with B = x in
+//             shared memory, waits for them and releases the stage; while one
+//             warpgroup converts, the other's wgmmas run;
+//   epilogue  warpgroup 1 hands its FP32 sums to warpgroup 0 through shared
+//             memory, which adds them to its own (a fixed order) and writes
+//             h (gate/up, SwiGLU in registers) or out (down).
+// No K split across CTAs: the partial-sum round trip through global memory
+// and the second wave of CTAs it needs cost more than the SMs a projection
+// of 96-112 row blocks leaves idle (measured on the H200).
 // The fragment layout feeds mma step s of a 64-column chunk with logical
 // columns 16t + 4s + q (lane quad t, q = 0..3) at k-slots 2t, 2t+1, 2t+8,
 // 2t+9; wgmma reads B's k-slot j of step s from column 16s + j of the
@@ -25,14 +35,15 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
 #include "cuda/kernels/shared_expert_fp8.hpp"
-#include "cuda/kernels/split_k_arrival.cuh"
 #include "cuda/kernels/swiglu.cuh"
 #include "cuda/layout/fp8_fragment_layout.hpp"
 #include "cuda/layout/tensor_map.hpp"
+#include "cuda/ptx/sm90_griddep.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_tma.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"
@@ -41,28 +52,36 @@ namespace nvfp4moe::cuda {
 
 namespace {
 
-constexpr int kConsumerThreads = 128;
+constexpr int kConsumerGroups = 2;  // warpgroups taking alternate K tiles
+constexpr int kGroupThreads = 128;
+constexpr int kConsumerThreads = kConsumerGroups * kGroupThreads;
 constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
-constexpr int kBlockRows = 64;                   // 4 m-tiles
 constexpr int kTileK = int(kFp8FragTileK);
 constexpr int kWeightStage = 4 * int(kFp8FragTileBytes);
-constexpr int kMaxSplits = 4;
+// K tiles of the CTA's factor table in shared memory: K up to 16384.
+constexpr int kMaxScaleTiles = 128;
+constexpr int kScaleSlots = 8;  // 4 warps x (row lo, row hi) groups, the same for both warpgroups
+constexpr int kRingBudget = 200 * 1024;
+static_assert(kScaleSlots * kMaxScaleTiles % kConsumerThreads == 0, "whole rounds of factor loads");
 
 template <int kBlockN>
 struct Ring {
   static constexpr int kXChunk = kBlockN * 128;  // [kBlockN][64] BF16, 128-byte swizzled
   static constexpr int kXStage = 2 * kXChunk;
   static constexpr int kStageBytes = kXStage + kWeightStage;
-  // ~100 KB (two CTAs an SM) up to 64 tokens, ~200 KB at 128.
-  static constexpr int kStages = std::min(8, (kBlockN == 128 ? 200 : 100) * 1024 / kStageBytes);
+  static constexpr int kStages = std::min(16, kRingBudget / kStageBytes);  // 16 / 12 / 8 / 5 for 16 .. 128 tokens
   static constexpr int kX = 0;
   static constexpr int kW = kX + kStages * kXStage;
   static constexpr int kFull = kW + kStages * kWeightStage;
   static constexpr int kEmpty = kFull + 8 * kStages;
-  static constexpr int kBytes = kEmpty + 8 * kStages;
+  static constexpr int kMult = kEmpty + 8 * kStages;  // uint32 [kScaleSlots][kMaxScaleTiles]
+  static constexpr int kBytes = kMult + kScaleSlots * kMaxScaleTiles * 4;
   static constexpr size_t smem() { return 1024 + size_t(kBytes); }  // + alignment of the base
   static_assert(kXChunk % 1024 == 0, "swizzled x chunks stay 1024-byte aligned");
+  // The epilogue's hand-over of warpgroup 1's sums reuses the ring.
+  static_assert(kGroupThreads * (kBlockN / 2) * 4 <= kStages * kStageBytes, "the hand-over fits the ring");
 };
+static_assert(Ring<128>::smem() <= 227 * 1024 && Ring<16>::smem() <= 227 * 1024, "within the opt-in limit");
 
 struct WgmmaProjection {
   int32_t tokens, K, rows, tiles_k;
@@ -72,14 +91,20 @@ struct WgmmaProjection {
   float limit;
   __nv_bfloat16* h;     // gate/up: [T, rows / 2], columns permuted
   float* out;           // down: [T, rows]
-  float* partial;       // [splits, token tiles, kBlockN, rows]
-  int32_t* counters;    // [token tiles, row blocks]
 };
 
 // The physical column (within its 64-column chunk) of logical column l.
 __device__ __forceinline__ int permuted_column(int l) {
   const int t = l / 16, s = (l % 16) / 4, q = l % 4;
   return 16 * s + (q < 2 ? 2 * t + q : 8 + 2 * t + q - 2);
+}
+
+// The group scale table row of factor slot `slot` (warp slot / 2, its row
+// lo or hi group) of the CTA whose first m-tile is u0.
+template <bool kSwiGlu>
+__device__ __forceinline__ int scale_group(const WgmmaProjection& p, int u0, int slot) {
+  const int u = u0 + slot / 2, hi = slot % 2;
+  return kSwiGlu ? (hi ? p.rows / 16 + u : u) : 2 * u + hi;
 }
 
 // BF16x2 of 2^120 * factor for a power-of-two factor 2^e, e <= 7: the
@@ -91,7 +116,9 @@ __device__ __forceinline__ uint32_t folded_multiplier(float factor) {
 
 template <int kBlockN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t (&a)[4], uint64_t desc) {
-  if constexpr (kBlockN == 32)
+  if constexpr (kBlockN == 16)
+    ptx::wgmma_m64n16k16_rs(d, a, desc);
+  else if constexpr (kBlockN == 32)
     ptx::wgmma_m64n32k16_rs(d, a, desc);
   else if constexpr (kBlockN == 64)
     ptx::wgmma_m64n64k16_rs(d, a, desc);
@@ -138,124 +165,135 @@ __device__ __forceinline__ void store_block(const WgmmaProjection& p, int token0
     }
 }
 
-// grid (token tiles, row blocks of 64, K splits); dynamic smem Ring<kBlockN>::smem().
+// grid (token tiles, row blocks of 64); dynamic smem Ring<kBlockN>::smem().
 template <int kBlockN, bool kSwiGlu>
-__global__ void __launch_bounds__(kThreads) shared_fp8_wgmma_kernel(const WgmmaProjection p,
-                                                                    const __grid_constant__ CUtensorMap x_map) {
+__global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const WgmmaProjection p,
+                                                                       const __grid_constant__ CUtensorMap x_map) {
   using R = Ring<kBlockN>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - ptx::smem_addr(smem_raw));
+  uint32_t* const mult = reinterpret_cast<uint32_t*>(smem + R::kMult);
+  // The next kernel of the stream may start placing its CTAs once every CTA
+  // here has started: it waits (griddep_wait) before it touches our output.
+  ptx::griddep_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int tile = int(blockIdx.x), rb = int(blockIdx.y), split = int(blockIdx.z), splits = int(gridDim.z);
-  const int token0 = tile * kBlockN, u0 = rb * 4;
-  const int kt0 = int(int64_t(p.tiles_k) * split / splits), kt1 = int(int64_t(p.tiles_k) * (split + 1) / splits);
+  const int tile = int(blockIdx.x), token0 = tile * kBlockN, u0 = int(blockIdx.y) * 4;
+  const int tiles_k = p.tiles_k;
   const uint32_t full = base + R::kFull, empty = base + R::kEmpty;
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::kStages; ++s) {
       ptx::mbarrier_init(full + 8 * s, 1);
-      ptx::mbarrier_init(empty + 8 * s, 4);  // lane 0 of each consumer warp
+      ptx::mbarrier_init(empty + 8 * s, 4);  // lane 0 of each warp of the tile's warpgroup
     }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
 
-  float acc[kBlockN / 2];
-  const int g = lane / 4, t = lane % 4, u = u0 + warp;  // (the producer warp's u, rows: unused)
-  const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
-  const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
-  if (warp == 4) {  // producer
+  if (warp == kConsumerThreads / 32) {  // producer
     if (lane == 0) {
       ptx::prefetch_tensor_map(&x_map);
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int kt = kt0; kt < kt1; ++kt) {
-        ptx::mbarrier_wait_parity(empty + 8 * stage, phase ^ 1);
+      auto load_weights = [&](int kt, int stage) {
         const uint32_t bar = full + 8 * stage;
         ptx::mbarrier_arrive_expect_tx(bar, uint32_t(kWeightStage + R::kXStage));
         for (int i = 0; i < 4; ++i)
           ptx::cp_async_bulk_shared_global(base + R::kW + stage * kWeightStage + i * uint32_t(kFp8FragTileBytes),
-                                           p.w + (int64_t(u0 + i) * p.tiles_k + kt) * kFp8FragTileBytes,
+                                           p.w + (int64_t(u0 + i) * tiles_k + kt) * kFp8FragTileBytes,
                                            uint32_t(kFp8FragTileBytes), bar);
+      };
+      auto load_x = [&](int kt, int stage) {
         for (int c = 0; c < 2; ++c)
-          ptx::tma_load_2d(base + R::kX + stage * R::kXStage + c * R::kXChunk, &x_map, bar, kt * kTileK + 64 * c,
-                           token0);
-        if (++stage == R::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+          ptx::tma_load_2d(base + R::kX + stage * R::kXStage + c * R::kXChunk, &x_map, full + 8 * stage,
+                           kt * kTileK + 64 * c, token0);
+      };
+      // The first stages are empty: their weights go out before x exists.
+      const int first = std::min(int(R::kStages), tiles_k);
+      for (int kt = 0; kt < first; ++kt) load_weights(kt, kt);
+      ptx::griddep_wait();
+      for (int kt = 0; kt < first; ++kt) load_x(kt, kt);
+      for (int kt = first; kt < tiles_k; ++kt) {
+        const int stage = kt % R::kStages;
+        ptx::mbarrier_wait_parity(empty + 8 * stage, uint32_t((kt / R::kStages) & 1) ^ 1u);
+        load_weights(kt, stage);
+        load_x(kt, stage);
       }
     }
-  } else {  // consumers: warp w owns m-tile u0 + w
-    const float* scale_lo = p.scale + int64_t(row_lo / 8) * p.tiles_k;
-    const float* scale_hi = p.scale + int64_t(row_hi / 8) * p.tiles_k;
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) {
-      acc[i] = 0.0f;
-      ptx::wgmma_fence_operand(acc[i]);
-    }
-    // Per K tile: convert, 8 wgmmas, wait, release the stage. (Converting
-    // the next tile while this one's wgmmas run, with two A buffers, made
-    // ptxas serialize every wgmma: C7513.) A second CTA on the SM (up to 64
-    // tokens) fills the tensor cores meanwhile.
-    uint32_t a[8][4];
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int kt = kt0; kt < kt1; ++kt) {
-      const uint32_t mlo = folded_multiplier(__ldg(scale_lo + kt)), mhi = folded_multiplier(__ldg(scale_hi + kt));
-      ptx::mbarrier_wait_parity(full + 8 * stage, phase);
-      convert_tile(base + R::kW + stage * kWeightStage, warp, lane, mlo, mhi, a);
-      const uint64_t desc = ptx::smem_desc_k_major_sw128(base + R::kX + stage * R::kXStage);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        wgmma_rs<kBlockN>(acc, a[k], ptx::smem_desc_advance(desc, (k / 4) * R::kXChunk + (k % 4) * 32));
-      ptx::wgmma_commit_group();
-      ptx::wgmma_wait_group<0>();
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(empty + 8 * stage);
-      if (++stage == R::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kBlockN / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
-    if (splits == 1) {
-      store_block<kBlockN, kSwiGlu>(p, token0, u, g, t, acc);
-      return;
-    }
-    const int tiles = int(gridDim.x);
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int64_t col = int64_t((split * tiles + tile) * kBlockN + 8 * j + 2 * t + c) * p.rows;
-        p.partial[col + row_lo] = acc[4 * j + c];
-        p.partial[col + row_hi] = acc[4 * j + 2 + c];
-      }
+    return;  // the epilogue's barriers count the consumer warps only
   }
-  if (splits == 1) return;
-  // Split K: the last CTA of the output block adds the splits in order.
-  if (!last_split_to_arrive(p.counters + int64_t(tile) * gridDim.y + rb, splits) || warp == 4) return;
-  const int tiles = int(gridDim.x);
+
+  // Consumers: warpgroup wg, its warp wl owns m-tile u0 + wl.
+  const int wg = warp / 4, wl = warp % 4, tid = int(threadIdx.x) % kGroupThreads;
+  const int g = lane / 4, t = lane % 4, u = u0 + wl;
+  {  // all loads first, then the stores: one memory latency, not one per round
+    constexpr int kRounds = kScaleSlots * kMaxScaleTiles / kConsumerThreads;
+    float factor[kRounds];
 #pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      float lo = 0.0f, hi = 0.0f;
-      for (int s = 0; s < splits; ++s) {
-        const int64_t col = int64_t((s * tiles + tile) * kBlockN + 8 * j + 2 * t + c) * p.rows;
-        lo += __ldcg(p.partial + col + row_lo);
-        hi += __ldcg(p.partial + col + row_hi);
-      }
-      acc[4 * j + c] = lo;
-      acc[4 * j + 2 + c] = hi;
+    for (int r = 0; r < kRounds; ++r) {
+      const int i = int(threadIdx.x) + r * kConsumerThreads, slot = i / tiles_k, kt = i % tiles_k;
+      factor[r] = i < kScaleSlots * tiles_k
+                      ? __ldg(p.scale + int64_t(scale_group<kSwiGlu>(p, u0, slot)) * tiles_k + kt)
+                      : 1.0f;
     }
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int i = int(threadIdx.x) + r * kConsumerThreads;
+      if (i < kScaleSlots * tiles_k) mult[(i / tiles_k) * kMaxScaleTiles + i % tiles_k] = folded_multiplier(factor[r]);
+    }
+  }
+  ptx::named_barrier_sync(1, kConsumerThreads);
+  const uint32_t* mult_lo = mult + (2 * wl) * kMaxScaleTiles;
+  const uint32_t* mult_hi = mult + (2 * wl + 1) * kMaxScaleTiles;
+
+  float acc[kBlockN / 2];
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    acc[i] = 0.0f;
+    ptx::wgmma_fence_operand(acc[i]);
+  }
+  // Per K tile: convert, 8 wgmmas, wait, release the stage. (Converting the
+  // next tile while this one's wgmmas run, with two A buffers, made ptxas
+  // serialize every wgmma: C7513; the other warpgroup fills that gap.)
+  uint32_t a[8][4];
+  for (int kt = wg; kt < tiles_k; kt += kConsumerGroups) {
+    const int stage = kt % R::kStages;
+    const uint32_t mlo = mult_lo[kt], mhi = mult_hi[kt];
+    ptx::mbarrier_wait_parity(full + 8 * stage, uint32_t((kt / R::kStages) & 1));
+    convert_tile(base + R::kW + stage * kWeightStage, wl, lane, mlo, mhi, a);
+    const uint64_t desc = ptx::smem_desc_k_major_sw128(base + R::kX + stage * R::kXStage);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      wgmma_rs<kBlockN>(acc, a[k], ptx::smem_desc_advance(desc, (k / 4) * R::kXChunk + (k % 4) * 32));
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(empty + 8 * stage);
+  }
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
+
+  // Warpgroup 1's sums to warpgroup 0 through the ring (every stage has been
+  // consumed once both warpgroups are here), added in a fixed order.
+  float* const handover = reinterpret_cast<float*>(smem);  // [kBlockN / 2][kGroupThreads]
+  ptx::named_barrier_sync(1, kConsumerThreads);
+  if (wg == 1) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) handover[i * kGroupThreads + tid] = acc[i];
+  }
+  ptx::named_barrier_sync(1, kConsumerThreads);
+  if (wg == 1) return;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) acc[i] += handover[i * kGroupThreads + tid];
+  // The previous kernel of the stream may still read the buffer written
+  // below (h, out) until it completes.
+  ptx::griddep_wait();
   store_block<kBlockN, kSwiGlu>(p, token0, u, g, t, acc);
 }
 
 // xp[t, 64 c + p] = x[t, 64 c + l] for the permuted column p of l.
 __global__ void permute_columns_kernel(const __nv_bfloat16* x, int64_t tokens, int32_t cols, __nv_bfloat16* xp) {
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();  // x is the previous kernel's output
   const int64_t n = tokens * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int32_t l = int32_t(i % cols);
@@ -263,30 +301,45 @@ __global__ void permute_columns_kernel(const __nv_bfloat16* x, int64_t tokens, i
   }
 }
 
-constexpr int kWidths[3] = {32, 64, 128};
+constexpr int kWidths[kFp8WgmmaWidths] = {16, 32, 64, 128};
+
+// A launch for programmatic dependent launch: the kernel may start while the
+// previous one of the stream runs, and waits for it with griddep_wait.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchConfig_t lc{};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(unsigned(threads));
+  lc.dynamicSmemBytes = smem;
+  lc.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
+}
 
 template <int kBlockN, bool kSwiGlu>
-void launch(const WgmmaProjection& p, const CUtensorMap& map, int splits_wanted, int sms, cudaStream_t stream) {
-  using R = Ring<kBlockN>;
+void launch(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
   const int tiles = int(ceil_div(p.tokens, kBlockN));
-  const int blocks = int(ceil_div(kSwiGlu ? p.rows / 2 : p.rows, kBlockRows / (kSwiGlu ? 2 : 1)));
-  // Fewer CTAs than SMs leave HBM idle: split K (the workspace holds
-  // kFp8MaxSplitRows x 64 token rows of partial sums).
-  int splits = splits_wanted > 0 ? splits_wanted : int64_t(tiles) * blocks < int64_t(sms) * 3 / 2 ? kMaxSplits : 1;
-  splits = std::max(1, std::min({splits, kMaxSplits, p.tiles_k, int(kFp8MaxSplitRows * 64 / (tiles * kBlockN))}));
-  shared_fp8_wgmma_kernel<kBlockN, kSwiGlu>
-      <<<dim3(unsigned(tiles), unsigned(blocks), unsigned(splits)), kThreads, R::smem(), stream>>>(p, map);
+  const int blocks = (kSwiGlu ? p.rows / 2 : p.rows) / (kSwiGlu ? 32 : 64);  // 64 weight rows a CTA
+  launch_dependent(shared_fp8_wgmma_kernel<kBlockN, kSwiGlu>, dim3(unsigned(tiles), unsigned(blocks)), kThreads,
+                   Ring<kBlockN>::smem(), stream, p, map);
   NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_wgmma_kernel<gate/up>" : "shared_fp8_wgmma_kernel<down>");
 }
 
 template <bool kSwiGlu>
-void launch_width(const WgmmaProjection& p, const CUtensorMap (&maps)[3], int splits, int sms, cudaStream_t stream) {
-  if (p.tokens <= 32)
-    launch<32, kSwiGlu>(p, maps[0], splits, sms, stream);
+void launch_width(const WgmmaProjection& p, const CUtensorMap (&maps)[kFp8WgmmaWidths], cudaStream_t stream) {
+  if (p.tokens <= 16)
+    launch<16, kSwiGlu>(p, maps[0], stream);
+  else if (p.tokens <= 32)
+    launch<32, kSwiGlu>(p, maps[1], stream);
   else if (p.tokens <= 64)
-    launch<64, kSwiGlu>(p, maps[1], splits, sms, stream);
+    launch<64, kSwiGlu>(p, maps[2], stream);
   else
-    launch<128, kSwiGlu>(p, maps[2], splits, sms, stream);
+    launch<128, kSwiGlu>(p, maps[3], stream);
 }
 
 template <int kBlockN>
@@ -302,7 +355,7 @@ Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat1
   NVFP4_CHECK(max_tokens > 0 && hidden % 64 == 0 && inter % 64 == 0, "make_fp8_wgmma_maps: T=", max_tokens,
               " H=", hidden, " Is=", inter, " (H and Is multiples of 64)");
   Fp8WgmmaMaps m;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kFp8WgmmaWidths; ++i) {
     const uint32_t width = uint32_t(kWidths[i]);
     m.x[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x_perm, {uint64_t(hidden), uint64_t(max_tokens)},
                              {uint64_t(hidden) * 2}, {64, width}, CU_TENSOR_MAP_SWIZZLE_128B);
@@ -310,6 +363,7 @@ Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat1
                              {uint64_t(inter) * 2}, {64, width}, CU_TENSOR_MAP_SWIZZLE_128B);
   }
   m.max_tokens = max_tokens;
+  allow_smem<16>();
   allow_smem<32>();
   allow_smem<64>();
   allow_smem<128>();
@@ -318,26 +372,27 @@ Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat1
 
 bool shared_fp8_wgmma_supports(const SharedFp8Args& a) {
   return a.scales_fold && a.x_perm != nullptr && a.wgmma_maps != nullptr && a.tokens <= a.wgmma_maps->max_tokens &&
-         a.hidden % 64 == 0 && a.inter % 64 == 0 && a.tokens > 0 &&
+         a.hidden % 64 == 0 && a.inter % 64 == 0 && a.tokens > 0 && a.hidden <= kMaxScaleTiles * kTileK &&
+         a.inter <= kMaxScaleTiles * kTileK &&
          aligned_to(a.x, 16) && aligned_to(a.h, 16) && aligned_to(a.x_perm, 16) && a.tokens < (int64_t(1) << 30);
 }
 
 void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream) {
   NVFP4_CHECK(shared_fp8_wgmma_supports(a), "shared_expert_fp8_wgmma: unsupported T=", a.tokens, " H=", a.hidden,
-              " Is=", a.inter, " (H and Is multiples of 64, power-of-two tile factors 2^-117 .. 2^7, x_perm and maps for ",
+              " Is=", a.inter, " (H and Is multiples of 64 up to 16384, power-of-two tile factors 2^-117 .. 2^7, x_perm and maps for ",
               "at least T tokens)");
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
-  permute_columns_kernel<<<unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden, 256), 132 * 16)), 256, 0,
-                           stream>>>(a.x, a.tokens, H, a.x_perm);
+  launch_dependent(permute_columns_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden, 256), 132 * 16))),
+                   256, 0, stream, a.x, a.tokens, H, a.x_perm);
   NVFP4_CUDA_CHECK_LAUNCH("permute_columns_kernel");
   const WgmmaProjection gate_up{.tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
                                 .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
-                                .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
-  launch_width<true>(gate_up, a.wgmma_maps->x, a.force_splits, a.sms, stream);
+                                .h = a.h, .out = nullptr};
+  launch_width<true>(gate_up, a.wgmma_maps->x, stream);
   const WgmmaProjection down{.tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
                              .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
-                             .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
-  launch_width<false>(down, a.wgmma_maps->h, a.force_splits, a.sms, stream);
+                             .h = nullptr, .out = a.out};
+  launch_width<false>(down, a.wgmma_maps->h, stream);
 }
 
 }  // namespace nvfp4moe::cuda

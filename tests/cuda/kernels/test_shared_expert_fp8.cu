@@ -2,9 +2,10 @@
 // BF16 register conversion bit for bit on every byte pair; one-hot tokens,
 // whose gate and up are single weights, so every converted weight shows in h;
 // random inputs against an FP64 evaluation from the same BF16 x and the
-// kernel's own h, at every token-tile width, forced and chosen K splits and
-// shapes that are not multiples of the 128-column tile; outputs poisoned
-// first; two runs bit-identical (the split sums are added in order).
+// kernel's own h, at every token-tile width, forced and chosen K splits of
+// the split form and shapes that are not multiples of the 128-column tile;
+// outputs poisoned first; two runs bit-identical (split sums and the wgmma
+// form's two warpgroups' sums are added in a fixed order).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -137,7 +138,7 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
     maps = std::make_unique<Fp8WgmmaMaps>(make_fp8_wgmma_maps(a.x_perm, a.h, T, H, Is));
     a.wgmma_maps = maps.get();
   }
-  const bool wgmma = c.path == Fp8SharedPath::Wgmma || (c.path == Fp8SharedPath::Auto && T > 16 && shared_fp8_wgmma_supports(a));
+  const bool wgmma = shared_fp8_uses_wgmma(a);
   shared_expert_fp8(a, nullptr);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Result r{std::vector<uint16_t>(size_t(T * Is)), std::vector<float>(size_t(T * H))};
@@ -269,11 +270,13 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
       {1, 256, 128, 0, true, Fp8SharedPath::Gemv}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv},
       {12, 640, 272, 0, true, Fp8SharedPath::Gemv}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv},
       {3, 272, 208, 2, true, Fp8SharedPath::Split},
-      // The wgmma form (H, Is multiples of 64; power-of-two factors): widths 32, 64, 128, K splits,
-      // a partial last K tile (H = 576), token tails; odd T draw arbitrary factors, so Auto takes the split form.
+      // The wgmma form (H, Is multiples of 64; power-of-two factors): widths 16, 32, 64, 128; one K
+      // tile (the second warpgroup idle), odd and even counts of them; a partial last K tile (H = 576,
+      // Is = 192), token tails; odd T draw arbitrary factors, so Auto takes the split form.
       {18, 512, 256, 0, true, Fp8SharedPath::Wgmma},   {64, 576, 192, 0, false, Fp8SharedPath::Wgmma},
-      {40, 512, 384, 3, true, Fp8SharedPath::Wgmma},   {200, 576, 256, 0, true, Fp8SharedPath::Wgmma},
-      {130, 512, 256, 2, false, Fp8SharedPath::Wgmma}, {2, 256, 128, 0, true, Fp8SharedPath::Wgmma},
+      {40, 512, 384, 0, true, Fp8SharedPath::Wgmma},   {200, 576, 256, 0, true, Fp8SharedPath::Wgmma},
+      {130, 512, 256, 0, false, Fp8SharedPath::Wgmma}, {2, 256, 128, 0, true, Fp8SharedPath::Wgmma},
+      {16, 640, 192, 0, false, Fp8SharedPath::Wgmma},  {10, 128, 64, 0, true, Fp8SharedPath::Wgmma},
       {96, 512, 320, 0, false}, {33, 512, 320, 0, true}};
   for (const Fp8Case& c : cases) {
     SCOPED_TRACE(case_name(c, seed));
