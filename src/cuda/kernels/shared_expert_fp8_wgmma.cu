@@ -4,17 +4,18 @@
 // Per projection one kernel; a CTA is one producer warp and two consumer
 // warpgroups on 64 weight rows (4 m-tiles of the fragment layout, one per
 // warp of a warpgroup) x kBlockN tokens x all of K, one CTA an SM:
-//   producer  per K tile: the 4 m-tiles' 2 KB fragment blocks (bulk copies)
-//             and the two 64-column chunks of x (TMA, 128-byte swizzle) into
-//             a ring of stages (~200 KB: up to 128 KB of weights in flight
-//             an SM, which HBM's latency needs), completing on the stage's
+//   producer  per stage (4, 2 or 1 consecutive K tiles for up to 32, 64
+//             or 128 tokens): one bulk copy of each m-tile's fragment blocks
+//             and per tile the two 64-column chunks of x (TMA, 128-byte
+//             swizzle) into a ring of ~200 KB (64-128 KB of weights in
+//             flight an SM, which HBM's latency needs), completing on the stage's
 //             full barrier; launched for programmatic dependent launch, it
 //             issues the weights of the first stages before it waits for
 //             the kernel that writes x, so that they overlap its tail;
 //   consumers first the CTA's tile factors, as BF16 multipliers, into shared
 //             memory (one global load each up front, not one on every K
-//             tile's critical path); then warpgroup j takes the K tiles
-//             j, j + 2, ...: each warp turns its 4 x 16 bytes into the A
+//             tile's critical path); then warpgroup j takes the stages
+//             j, j + 2, ...; per K tile each warp turns its 4 x 16 bytes into the A
 //             fragments of 8 k16 steps in registers (E4M3 -> BF16 by integer
 //             operations, the tile's power-of-two factor folded into the
 //             BF16 multiply: exact), issues 8 wgmma m64nNk16 with B = x in
@@ -57,19 +58,30 @@ constexpr int kGroupThreads = 128;
 constexpr int kConsumerThreads = kConsumerGroups * kGroupThreads;
 constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
 constexpr int kTileK = int(kFp8FragTileK);
-constexpr int kWeightStage = 4 * int(kFp8FragTileBytes);
+constexpr int kTileWeights = 4 * int(kFp8FragTileBytes);  // one K tile of the CTA's 4 m-tiles
 // K tiles of the CTA's factor table in shared memory: K up to 16384.
 constexpr int kMaxScaleTiles = 128;
 constexpr int kScaleSlots = 8;  // 4 warps x (row lo, row hi) groups, the same for both warpgroups
 constexpr int kRingBudget = 200 * 1024;
 static_assert(kScaleSlots * kMaxScaleTiles % kConsumerThreads == 0, "whole rounds of factor loads");
 
+// A stage holds kTiles consecutive K tiles: per m-tile one bulk copy of
+// kTiles x 2 KB (contiguous in the fragment layout), per tile two x chunks.
+// Fewer, larger copies stream faster: 4 tiles a stage against 1 took V4-Pro
+// from 40.8 / 40.7 / 42.1 to 34.3 / 35.9 / 37.5 us at 1 / 16 / 32 tokens,
+// 2 against 1 at 64 tokens 46.1 to 45.4 (one H200 run); the ring's budget
+// leaves 4 / 3 / 4 / 5 stages for 16 / 32 / 64 / 128 tokens.
 template <int kBlockN>
+constexpr int kStageTiles = kBlockN <= 32 ? 4 : kBlockN == 64 ? 2 : 1;
+template <int kBlockN, int kTiles>
 struct Ring {
   static constexpr int kXChunk = kBlockN * 128;  // [kBlockN][64] BF16, 128-byte swizzled
-  static constexpr int kXStage = 2 * kXChunk;
+  static constexpr int kXTile = 2 * kXChunk;
+  static constexpr int kXStage = kTiles * kXTile;
+  static constexpr int kWeightStage = kTiles * kTileWeights;  // [m-tile][tile][2 KB]
   static constexpr int kStageBytes = kXStage + kWeightStage;
-  static constexpr int kStages = std::min(16, kRingBudget / kStageBytes);  // 16 / 12 / 8 / 5 for 16 .. 128 tokens
+  static constexpr int kStages = std::min(16, kRingBudget / kStageBytes);
+  static_assert(kStages >= 2, "a stage for each warpgroup at least");
   static constexpr int kX = 0;
   static constexpr int kW = kX + kStages * kXStage;
   static constexpr int kFull = kW + kStages * kWeightStage;
@@ -81,7 +93,9 @@ struct Ring {
   // The epilogue's hand-over of warpgroup 1's sums reuses the ring.
   static_assert(kGroupThreads * (kBlockN / 2) * 4 <= kStages * kStageBytes, "the hand-over fits the ring");
 };
-static_assert(Ring<128>::smem() <= 227 * 1024 && Ring<16>::smem() <= 227 * 1024, "within the opt-in limit");
+static_assert(Ring<16, kStageTiles<16>>::smem() <= 227 * 1024 && Ring<32, kStageTiles<32>>::smem() <= 227 * 1024 &&
+                  Ring<64, kStageTiles<64>>::smem() <= 227 * 1024 && Ring<128, kStageTiles<128>>::smem() <= 227 * 1024,
+              "within the opt-in limit");
 
 struct WgmmaProjection {
   int32_t tokens, K, rows, tiles_k;
@@ -126,11 +140,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t
     ptx::wgmma_m64n128k16_rs(d, a, desc);
 }
 
-// One K tile of the warp's m-tile: 8 k16 steps of A fragments, rows g (lo)
-// and g + 8 (hi) times their tile factors.
-__device__ __forceinline__ void convert_tile(uint32_t w_stage, int warp, int lane, uint32_t mult_lo, uint32_t mult_hi,
+// One K tile of the warp's m-tile (its 2 KB fragment block at `block`): 8
+// k16 steps of A fragments, rows g (lo) and g + 8 (hi) times their tile
+// factors.
+__device__ __forceinline__ void convert_tile(uint32_t block, int lane, uint32_t mult_lo, uint32_t mult_hi,
                                              uint32_t (&a)[8][4]) {
-  const uint32_t base = w_stage + warp * uint32_t(kFp8FragTileBytes) + lane * 16;
+  const uint32_t base = block + lane * 16;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const uint4 lo = ptx::ld_shared_v4(base + (2 * c) * 512), hi = ptx::ld_shared_v4(base + (2 * c + 1) * 512);
@@ -165,11 +180,11 @@ __device__ __forceinline__ void store_block(const WgmmaProjection& p, int token0
     }
 }
 
-// grid (token tiles, row blocks of 64); dynamic smem Ring<kBlockN>::smem().
-template <int kBlockN, bool kSwiGlu>
+// grid (token tiles, row blocks of 64); dynamic smem Ring<kBlockN, kTiles>::smem().
+template <int kBlockN, int kTiles, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const WgmmaProjection p,
                                                                        const __grid_constant__ CUtensorMap x_map) {
-  using R = Ring<kBlockN>;
+  using R = Ring<kBlockN, kTiles>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (base - ptx::smem_addr(smem_raw));
@@ -179,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
   ptx::griddep_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int tile = int(blockIdx.x), token0 = tile * kBlockN, u0 = int(blockIdx.y) * 4;
-  const int tiles_k = p.tiles_k;
+  const int tiles_k = p.tiles_k, stages_k = (tiles_k + kTiles - 1) / kTiles;
   const uint32_t full = base + R::kFull, empty = base + R::kEmpty;
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::kStages; ++s) {
@@ -193,29 +208,33 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
   if (warp == kConsumerThreads / 32) {  // producer
     if (lane == 0) {
       ptx::prefetch_tensor_map(&x_map);
-      auto load_weights = [&](int kt, int stage) {
+      // Stage i: K tiles [kTiles i, min(kTiles (i + 1), tiles_k)).
+      auto load_weights = [&](int i, int stage) {
+        const int kt = i * kTiles, n = std::min(kTiles, tiles_k - kt);
         const uint32_t bar = full + 8 * stage;
-        ptx::mbarrier_arrive_expect_tx(bar, uint32_t(kWeightStage + R::kXStage));
-        for (int i = 0; i < 4; ++i)
-          ptx::cp_async_bulk_shared_global(base + R::kW + stage * kWeightStage + i * uint32_t(kFp8FragTileBytes),
-                                           p.w + (int64_t(u0 + i) * tiles_k + kt) * kFp8FragTileBytes,
-                                           uint32_t(kFp8FragTileBytes), bar);
+        ptx::mbarrier_arrive_expect_tx(bar, uint32_t(n * (kTileWeights + R::kXTile)));
+        for (int m = 0; m < 4; ++m)
+          ptx::cp_async_bulk_shared_global(
+              base + R::kW + stage * R::kWeightStage + m * kTiles * uint32_t(kFp8FragTileBytes),
+              p.w + (int64_t(u0 + m) * tiles_k + kt) * kFp8FragTileBytes, uint32_t(n * kFp8FragTileBytes), bar);
       };
-      auto load_x = [&](int kt, int stage) {
-        for (int c = 0; c < 2; ++c)
-          ptx::tma_load_2d(base + R::kX + stage * R::kXStage + c * R::kXChunk, &x_map, full + 8 * stage,
-                           kt * kTileK + 64 * c, token0);
+      auto load_x = [&](int i, int stage) {
+        const int kt = i * kTiles, n = std::min(kTiles, tiles_k - kt);
+        for (int j = 0; j < n; ++j)
+          for (int c = 0; c < 2; ++c)
+            ptx::tma_load_2d(base + R::kX + stage * R::kXStage + j * R::kXTile + c * R::kXChunk, &x_map,
+                             full + 8 * stage, (kt + j) * kTileK + 64 * c, token0);
       };
       // The first stages are empty: their weights go out before x exists.
-      const int first = std::min(int(R::kStages), tiles_k);
-      for (int kt = 0; kt < first; ++kt) load_weights(kt, kt);
+      const int first = std::min(int(R::kStages), stages_k);
+      for (int i = 0; i < first; ++i) load_weights(i, i);
       ptx::griddep_wait();
-      for (int kt = 0; kt < first; ++kt) load_x(kt, kt);
-      for (int kt = first; kt < tiles_k; ++kt) {
-        const int stage = kt % R::kStages;
-        ptx::mbarrier_wait_parity(empty + 8 * stage, uint32_t((kt / R::kStages) & 1) ^ 1u);
-        load_weights(kt, stage);
-        load_x(kt, stage);
+      for (int i = 0; i < first; ++i) load_x(i, i);
+      for (int i = first; i < stages_k; ++i) {
+        const int stage = i % R::kStages;
+        ptx::mbarrier_wait_parity(empty + 8 * stage, uint32_t((i / R::kStages) & 1) ^ 1u);
+        load_weights(i, stage);
+        load_x(i, stage);
       }
     }
     return;  // the epilogue's barriers count the consumer warps only
@@ -250,22 +269,24 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
     acc[i] = 0.0f;
     ptx::wgmma_fence_operand(acc[i]);
   }
-  // Per K tile: convert, 8 wgmmas, wait, release the stage. (Converting the
-  // next tile while this one's wgmmas run, with two A buffers, made ptxas
-  // serialize every wgmma: C7513; the other warpgroup fills that gap.)
+  // Per K tile: convert, 8 wgmmas, wait; per stage: release it. (Converting
+  // the next tile while this one's wgmmas run, with two A buffers, made
+  // ptxas serialize every wgmma: C7513; the other warpgroup fills that gap.)
   uint32_t a[8][4];
-  for (int kt = wg; kt < tiles_k; kt += kConsumerGroups) {
-    const int stage = kt % R::kStages;
-    const uint32_t mlo = mult_lo[kt], mhi = mult_hi[kt];
-    ptx::mbarrier_wait_parity(full + 8 * stage, uint32_t((kt / R::kStages) & 1));
-    convert_tile(base + R::kW + stage * kWeightStage, wl, lane, mlo, mhi, a);
-    const uint64_t desc = ptx::smem_desc_k_major_sw128(base + R::kX + stage * R::kXStage);
-    ptx::wgmma_fence();
+  for (int i = wg; i < stages_k; i += kConsumerGroups) {
+    const int stage = i % R::kStages, kt0 = i * kTiles, n = std::min(kTiles, tiles_k - kt0);
+    ptx::mbarrier_wait_parity(full + 8 * stage, uint32_t((i / R::kStages) & 1));
+    for (int j = 0; j < n; ++j) {
+      convert_tile(base + R::kW + stage * R::kWeightStage + (wl * kTiles + j) * uint32_t(kFp8FragTileBytes), lane,
+                   mult_lo[kt0 + j], mult_hi[kt0 + j], a);
+      const uint64_t desc = ptx::smem_desc_k_major_sw128(base + R::kX + stage * R::kXStage + j * R::kXTile);
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      wgmma_rs<kBlockN>(acc, a[k], ptx::smem_desc_advance(desc, (k / 4) * R::kXChunk + (k % 4) * 32));
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
+      for (int k = 0; k < 8; ++k)
+        wgmma_rs<kBlockN>(acc, a[k], ptx::smem_desc_advance(desc, (k / 4) * R::kXChunk + (k % 4) * 32));
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<0>();
+    }
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(empty + 8 * stage);
   }
@@ -321,13 +342,18 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, size_t 
   NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
 }
 
-template <int kBlockN, bool kSwiGlu>
-void launch(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
+template <int kBlockN, int kTiles, bool kSwiGlu>
+void launch_tiles(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
   const int tiles = int(ceil_div(p.tokens, kBlockN));
   const int blocks = (kSwiGlu ? p.rows / 2 : p.rows) / (kSwiGlu ? 32 : 64);  // 64 weight rows a CTA
-  launch_dependent(shared_fp8_wgmma_kernel<kBlockN, kSwiGlu>, dim3(unsigned(tiles), unsigned(blocks)), kThreads,
-                   Ring<kBlockN>::smem(), stream, p, map);
+  launch_dependent(shared_fp8_wgmma_kernel<kBlockN, kTiles, kSwiGlu>, dim3(unsigned(tiles), unsigned(blocks)),
+                   kThreads, Ring<kBlockN, kTiles>::smem(), stream, p, map);
   NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_wgmma_kernel<gate/up>" : "shared_fp8_wgmma_kernel<down>");
+}
+
+template <int kBlockN, bool kSwiGlu>
+void launch(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
+  launch_tiles<kBlockN, kStageTiles<kBlockN>, kSwiGlu>(p, map, stream);
 }
 
 template <bool kSwiGlu>
@@ -344,8 +370,9 @@ void launch_width(const WgmmaProjection& p, const CUtensorMap (&maps)[kFp8WgmmaW
 
 template <int kBlockN>
 void allow_smem() {
-  allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, true>, Ring<kBlockN>::smem());
-  allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, false>, Ring<kBlockN>::smem());
+  constexpr int n = kStageTiles<kBlockN>;
+  allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, n, true>, Ring<kBlockN, n>::smem());
+  allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, n, false>, Ring<kBlockN, n>::smem());
 }
 
 }  // namespace
