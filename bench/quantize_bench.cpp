@@ -7,7 +7,10 @@
 // upper end of what a disk gives).
 //
 // Prints the input size, its read rate, and per device the wall time of the
-// command and the rate of input it took in. Weights are a few random BF16
+// command and the rate of input it took in, then the command's own --timing
+// lines: where its time went (setup, the read / compute / write stages of
+// its pipeline with their busy and waiting times, the device's streams), so
+// a row says what bounds it. Weights are a few random BF16
 // patterns shared by every expert: the work does not depend on the values.
 // The scratch directory under DIR (default /tmp) is removed at the end.
 //
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +55,13 @@ double read_rate(const std::string& path) {
   const double s = seconds_since(t0);
   std::fclose(f);
   return double(total) / s / 1e9;
+}
+
+// The "timing:" lines of a quantize log, indented under the row.
+void print_timing_lines(const std::string& log) {
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("timing: ", 0) == 0) std::printf("    %s\n", line.c_str() + 8);
 }
 
 }  // namespace
@@ -92,7 +103,7 @@ int main(int argc, char** argv) {
     if (std::string(device) == "cpu" && !with_cpu) continue;
     const std::string out = dir + "/out-" + device + ".safetensors";
     const std::string cmd = std::string(NVFP4MOE_CLI_PATH) + " quantize --in " + in + " --out " + out +
-                            " --device " + device + " > " + dir + "/log-" + device + " 2>&1";
+                            " --device " + device + " --timing > " + dir + "/log-" + device + " 2>&1";
     std::fflush(stdout);
     t0 = std::chrono::steady_clock::now();
     const int rc = std::system(cmd.c_str());
@@ -105,6 +116,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::printf("%-8s %10.2f %10.2f %12.2f\n", device, wall, gb / wall, gb / wall / read);
+    print_timing_lines(dir + "/log-" + device);
     std::fflush(stdout);
     std::filesystem::remove(out);
   }

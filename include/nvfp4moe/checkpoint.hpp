@@ -10,7 +10,9 @@
 // earlier file intact.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +53,9 @@ class SafetensorsFile {
   const TensorInfo* find(const std::string& name) const;  // nullptr if absent
   const TensorInfo& get(const std::string& name) const;   // throws naming file and tensor
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where the bytes of `t` (one of tensors()) start in the file: for reads
+  // that go through pread rather than the mapping.
+  uint64_t file_offset(const TensorInfo& t) const;
 
  private:
   std::string path_;
@@ -76,6 +81,34 @@ struct SafetensorsHeader {
 SafetensorsHeader parse_safetensors_header(const char* json, size_t len, uint64_t data_size,
                                            const std::string& file_for_errors = "<memory>");
 
+// The file SafetensorsWriter::write is writing, open to the filler (see
+// set_filler): its header is in place and every tensor has its offset, so
+// the bytes of a deferred tensor can be written whenever they exist, in any
+// order and from any thread.
+class SafetensorsStream {
+ public:
+  SafetensorsStream(const SafetensorsStream&) = delete;
+  SafetensorsStream& operator=(const SafetensorsStream&) = delete;
+
+  // The byte count of tensor `index` (the order of the writer's add calls).
+  uint64_t bytes(size_t index) const { return sizes_[index]; }
+  // Bytes [at, at + n) of tensor `index`. Thread-safe; the pieces written
+  // for one tensor must not overlap. Writeback of large pieces is started
+  // at once, so the final fsync does not find the whole file dirty.
+  void write(size_t index, const void* data, uint64_t n, uint64_t at = 0);
+
+ private:
+  friend class SafetensorsWriter;
+  SafetensorsStream(int fd, const std::string& path, std::vector<uint64_t> offsets, std::vector<uint64_t> sizes);
+  void write_at(uint64_t file_offset, const void* data, uint64_t n);
+  const std::string* first_incomplete(const std::vector<std::string>& names) const;
+
+  int fd_;
+  const std::string& path_;
+  std::vector<uint64_t> offsets_, sizes_;  // per tensor, in the file
+  std::unique_ptr<std::atomic<uint64_t>[]> written_;
+};
+
 // Collects tensors and writes one safetensors file: header padded to 8 bytes,
 // data aligned, written to "<path>.tmp.<pid>" and renamed.
 class SafetensorsWriter {
@@ -85,6 +118,13 @@ class SafetensorsWriter {
   // Takes ownership of the bytes.
   void add_owned(const std::string& name, DType dtype, std::vector<int64_t> shape,
                  std::vector<uint8_t> bytes);
+  // A tensor whose bytes the filler writes during write(); returns its index
+  // for SafetensorsStream::write.
+  size_t add_deferred(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  // write() calls `fill` once the header and the tensors added with their
+  // bytes are in the file; it must write every byte of every deferred tensor
+  // (else write() fails naming the first one short) before it returns.
+  void set_filler(std::function<void(SafetensorsStream&)> fill);
   void set_metadata(const std::string& key, const std::string& value);
   void write(const std::string& path) const;
 
@@ -95,10 +135,14 @@ class SafetensorsWriter {
     std::vector<int64_t> shape;
     const void* data;
     std::shared_ptr<std::vector<uint8_t>> owned;
+    bool deferred = false;  // bytes from the filler
   };
+  // Checks the name, the shape and (unless deferred) the data; the new item.
+  Item& push(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data, bool deferred);
   std::vector<Item> items_;
   std::set<std::string> names_;
   std::map<std::string, std::string> metadata_;
+  std::function<void(SafetensorsStream&)> fill_;
 };
 
 // The two naming schemes of DeepSeek-V4 checkpoints (docs/checkpoints.md):

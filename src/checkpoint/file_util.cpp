@@ -142,19 +142,45 @@ void rename_or_throw(const std::string& from, const std::string& to) {
               std::strerror(errno));
 }
 
-void write_atomic(const std::string& path, const std::function<bool(std::FILE*)>& fill) {
-  const std::string target = output_file_target(path);
-  const std::string tmp = temp_name(target);
+AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(output_file_target(path)) {
+  tmp_ = temp_name(target_);
   struct stat st;
-  if (::lstat(tmp.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) ::unlink(tmp.c_str());  // stale, same pid
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  NVFP4_CHECK(fd >= 0, path, ": cannot create the temporary ", tmp, ": ", std::strerror(errno));
-  FILE* f = ::fdopen(fd, "wb");
+  if (::lstat(tmp_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) ::unlink(tmp_.c_str());  // stale, same pid
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  NVFP4_CHECK(fd_ >= 0, path, ": cannot create the temporary ", tmp_, ": ", std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::commit() {
+  int err = ::fsync(fd_) == 0 ? 0 : errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  if (err != 0) {
+    ::unlink(tmp_.c_str());
+    NVFP4_FAIL(path_, ": write failed: ", std::strerror(err));
+  }
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp_.c_str());
+    NVFP4_FAIL("cannot rename ", tmp_, " to ", via(path_, target_), ": ", std::strerror(err));
+  }
+}
+
+void write_atomic(const std::string& path, const std::function<bool(std::FILE*)>& fill) {
+  AtomicFile file(path);
+  // The stream owns a duplicate: closing it leaves the temporary open for
+  // commit()'s fsync.
+  const int fd = ::dup(file.fd());
+  FILE* f = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
   if (!f) {
     const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    NVFP4_FAIL(path, ": cannot open the temporary ", tmp, ": ", std::strerror(err));
+    if (fd >= 0) ::close(fd);
+    NVFP4_FAIL(path, ": cannot open the temporary ", file.temp_path(), ": ", std::strerror(err));
   }
   int err = 0;
   auto step = [&](bool ok) {
@@ -164,21 +190,12 @@ void write_atomic(const std::string& path, const std::function<bool(std::FILE*)>
     step(fill(f));
   } catch (...) {
     std::fclose(f);
-    ::unlink(tmp.c_str());
     throw;
   }
   step(std::fflush(f) == 0);
-  step(::fsync(fileno(f)) == 0);
   step(std::fclose(f) == 0);
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    NVFP4_FAIL(path, ": write failed: ", std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    NVFP4_FAIL("cannot rename ", tmp, " to ", via(path, target), ": ", std::strerror(err));
-  }
+  NVFP4_CHECK(err == 0, path, ": write failed: ", std::strerror(err));
+  file.commit();
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

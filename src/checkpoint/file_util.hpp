@@ -49,11 +49,30 @@ bool same_file(const std::string& a, const std::string& b);
 void check_not_input(const std::string& out, const std::string& out_what, const std::string& in,
                      const std::string& in_what);
 
-// Writes output_file_target(path) through a temporary in its directory:
-// created exclusively (a stale temporary is removed first, and never
-// followed), filled by `fill` (false: a write failed), flushed, fsync'ed and
-// renamed over the target. On any failure the temporary is removed and the
-// error names `path`; the target is left as it was.
+// The temporary through which output_file_target(path) is written: created
+// exclusively in the target's directory (a stale temporary is removed
+// first, and never followed); commit() fsyncs it and renames it over the
+// target. Destroyed uncommitted (a failure), the temporary is removed and
+// the target is left as it was. Errors name `path`.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+  void commit();
+
+ private:
+  std::string path_, target_, tmp_;
+  int fd_ = -1;
+};
+
+// An AtomicFile filled through a stdio stream by `fill` (false: a write
+// failed), flushed and committed.
 void write_atomic(const std::string& path, const std::function<bool(std::FILE*)>& fill);
 void write_file_atomic(const std::string& path, std::string_view bytes);
 // Moves a complete file `from` (a staging copy) to `to` with the output rules

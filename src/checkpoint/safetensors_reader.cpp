@@ -164,6 +164,13 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, size_);
 }
 
+uint64_t SafetensorsFile::file_offset(const TensorInfo& t) const {
+  const auto* base = static_cast<const uint8_t*>(map_);
+  NVFP4_CHECK(t.data >= base && t.data + t.nbytes <= base + size_, path_, ": tensor \"", t.name,
+              "\" is not one of this file's");
+  return uint64_t(t.data - base);
+}
+
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];

@@ -12,6 +12,9 @@
 // an expert's gate and up, when both are quantized, share g of the larger
 // amax, as ModelOpt writes them in both layouts. weight_scale_2 is written as
 // a 0-d tensor, as ModelOpt's exports hold it; the reader accepts [] and [1].
+// Each file goes through quantize_pipeline.hpp: reading, the arithmetic (host
+// or GPU) and writing overlap, the output's header first and every tensor
+// written at its offset once done.
 // dequantize: every such triple back to a BF16 <prefix>.weight [N, K]
 // (docs/numerics.md §2: value(q) * e4m3(s) * g in FP32, then rounded to BF16).
 // A triple is any prefix with a .weight_scale or .weight_scale_2; it is
@@ -19,11 +22,11 @@
 // NaN or negative block-scale byte or a missing member is an error.
 #include <unistd.h>
 
-#include <cmath>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,15 +37,12 @@
 #include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/quantize_pipeline.hpp"
 #include "common/json.hpp"
 #include "common/pattern.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
-
-#ifdef NVFP4MOE_HAS_CUDA
-#include "cuda/backend/device_quantizer.hpp"
-#endif
 
 namespace nvfp4moe::cli {
 
@@ -87,12 +87,6 @@ class Progress {
 
 bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
 
-std::vector<uint8_t> f32_bytes(float v) {
-  std::vector<uint8_t> b(4);
-  std::memcpy(b.data(), &v, 4);
-  return b;
-}
-
 std::string base_name(const std::string& path) {
   auto s = path.find_last_of('/');
   return s == std::string::npos ? path : path.substr(s + 1);
@@ -102,128 +96,33 @@ bool ends_with_weight(const std::string& name) {
   return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
 }
 
-// max |x| of a tensor; NaN or Inf is an error naming it and the index.
-float amax_of(const TensorInfo& t) {
-  const int64_t n = t.shape[0] * t.shape[1];
-  float m = 0.0f;
-  if (t.dtype == DType::BF16) {
-    std::vector<Bf16> x(static_cast<size_t>(n));
-    std::memcpy(x.data(), t.data, t.nbytes);
-    check_finite(x.data(), n, t.name.c_str());
-    for (const Bf16& v : x) m = std::max(m, std::fabs(bf16_to_float(v)));
-  } else {
-    const std::vector<float> x = t.to_f32();
-    check_finite(x.data(), n, t.name.c_str());  // F64 beyond the F32 range becomes Inf: refused
-    for (float v : x) m = std::max(m, std::fabs(v));
-  }
-  return m;
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The routed-expert fields of a name, or nullopt. quantize matches names as
-// text (any length, any digits); a name whose index no loader could address
-// (out of range, a leading zero) is simply not an expert here.
-std::optional<ParsedMoeName> expert_name(const std::string& name) {
-  try {
-    std::optional<ParsedMoeName> p = parse_moe_name(name);
-    if (p && p->kind == ParsedMoeName::Kind::Expert) return p;
-  } catch (const Error&) {
-  }
-  return std::nullopt;
-}
-
-// Which tensors become NVFP4 and the global scale of each. An expert's gate
-// and up (w1 / w3, gate_proj / up_proj) that are both quantized get one g
-// from the larger of their amaxes, as both of ModelOpt's exports write them:
-// the DeepSeek-V4 script fuses the w1 / w3 amaxes by max ("one fused GEMM1
-// scale"), and the Hugging Face export's requantize_resmooth_fused_llm_layers
-// gives linears that share an input (an expert's gate_proj and up_proj,
-// experts.N matched by name too) the max weight amax in
-// preprocess_linear_fusion. Every other weight gets its own g. Pairs are
-// found across shards.
-// Where quantize's arithmetic runs: the host's quantize_matrix, or a GPU
-// (cuda/backend/device_quantizer.hpp) with the same bytes.
-struct Quantizer {
-  std::function<float(const TensorInfo&)> amax;
-  std::function<Nvfp4Matrix(const TensorInfo&, float)> quantize;
-};
-
-Nvfp4Matrix quantize_on_host(const TensorInfo& t, float g) {
-  const int64_t N = t.shape[0], K = t.shape[1];
-  if (t.dtype == DType::BF16) {
-    std::vector<Bf16> x(size_t(N * K));
-    std::memcpy(x.data(), t.data, t.nbytes);
-    return quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
-  }
-  std::vector<float> x = t.to_f32();
-  if (t.dtype == DType::F64) check_finite(x.data(), int64_t(x.size()), t.name.c_str());  // f32 overflow -> Inf
-  return quantize_matrix(x.data(), N, K, ScaleScope::Static, g, true, t.name.c_str());
-}
-
-Quantizer make_quantizer(const std::string& device) {
-  if (device == "cpu") return {amax_of, quantize_on_host};
-#ifdef NVFP4MOE_HAS_CUDA
-  auto q = std::make_shared<cuda::DeviceQuantizer>(0);
-  return {[q](const TensorInfo& t) { return q->amax(t); },
-          [q](const TensorInfo& t, float g) { return q->quantize(t, g); }};
-#else
-  NVFP4_FAIL("--device cuda: this build of nvfp4moe has no CUDA backend (nvcc was not found at configure time)");
-#endif
-}
-
-class QuantizePlan {
- public:
-  QuantizePlan(const ModelDir& md, const Pattern& include, const Quantizer& q)
-      : md_(md), include_(include), quantizer_(q) {}
-
-  bool quantized(const TensorInfo& t) const {
-    return include_.search(t.name) && t.shape.size() == 2 && is_float_dtype(t.dtype);
-  }
-
-  float global_scale(const TensorInfo& t) {
-    float a = amax(t);
-    if (const std::optional<std::string> s = gate_up_sibling(t.name); s && md_.has(*s) && quantized(md_.get(*s)))
-      a = std::max(a, amax(md_.get(*s)));
-    return global_scale_for_amax(a);
-  }
-
-  // The manifest's module of a quantized tensor: an expert's "<ffn>experts"
-  // (as ModelOpt keys quantized_layers), else the tensor's own module.
-  static std::string module_of(const std::string& name) {
-    if (const std::optional<ParsedMoeName> p = expert_name(name)) return MoeNames(p->layout, p->block).experts_module();
-    return name.substr(0, name.size() - 7);
-  }
-
- private:
-  static std::optional<std::string> gate_up_sibling(const std::string& name) {
-    const std::optional<ParsedMoeName> p = expert_name(name);
-    if (!p || p->suffix != "weight" || p->proj == Proj::Down)
-      return std::nullopt;
-    return MoeNames(p->layout, p->block).expert(p->expert, p->proj == Proj::Gate ? Proj::Up : Proj::Gate) + ".weight";
-  }
-  float amax(const TensorInfo& t) {
-    auto it = amax_.find(t.name);
-    if (it == amax_.end()) it = amax_.emplace(t.name, quantizer_.amax(t)).first;
-    return it->second;
-  }
-
-  const ModelDir& md_;
-  const Pattern& include_;
-  const Quantizer& quantizer_;
-  std::map<std::string, float> amax_;
-};
-
-// Quantizes one matched tensor under global scale g into the writer.
-void quantize_tensor(const TensorInfo& t, float g, const Quantizer& q, SafetensorsWriter& w) {
-  NVFP4_CHECK(ends_with_weight(t.name), "tensor \"", t.name, "\" matches --include but does not end in \".weight\"");
-  const std::string prefix = t.name.substr(0, t.name.size() - 7);
-  const int64_t N = t.shape[0], K = t.shape[1];
-  NVFP4_CHECK(K % 16 == 0, "tensor \"", t.name, "\": K=", K, " (shape [", N, ", ", K,
-              "]) is not a multiple of 16, cannot quantize to NVFP4");
-  Nvfp4Matrix m = q.quantize(t, g);
-  Nvfp4Names n(prefix);
-  w.add_owned(n.weight, DType::U8, {N, K / 2}, std::move(m.codes));
-  w.add_owned(n.weight_scale, DType::F8E4M3, {N, K / 16}, std::move(m.scales));
-  w.add_owned(n.weight_scale_2, DType::F32, {}, f32_bytes(g));
+// --timing: where the time went, on stderr, one "timing:" line per phase.
+// A stage's busy time is its own work (compute's includes waiting for the
+// upload and the amaxes; write's, waiting for the download); its waiting is
+// for the stage before it (read: for a free slot, i.e. the stages after).
+// The stage that never waits bounds the rate.
+void print_timing(const QuantizeTimes& t, QuantizeEngine& engine, double setup_ms, double wall_ms) {
+  const double gb_in = double(t.bytes_in) / 1e9, gb_out = double(t.bytes_out) / 1e9;
+  auto rate = [](double gb, double ms) { return ms > 0 ? gb / ms * 1e3 : 0.0; };
+  std::fprintf(stderr, "timing: setup %.1f ms (the device, the input's headers)\n", setup_ms);
+  std::fprintf(stderr, "timing: read %.1f ms busy (%.2f GB/s of input), %.1f ms waiting for a free slot\n",
+               t.read.busy_ms, rate(gb_in, t.read.busy_ms), t.read.wait_ms);
+  std::fprintf(stderr, "timing: compute %.1f ms busy (amaxes awaited, quantization queued), %.1f ms waiting for reads\n",
+               t.compute.busy_ms, t.compute.wait_ms);
+  std::fprintf(stderr,
+               "timing: write %.1f ms writing (%.2f GB/s of output), %.1f ms waiting for results, %.1f ms waiting "
+               "for the compute stage\n",
+               t.write_io_ms, rate(gb_out, t.write_io_ms), t.write.busy_ms - t.write_io_ms, t.write.wait_ms);
+  std::fputs(engine.timing().c_str(), stderr);
+  std::fprintf(stderr,
+               "timing: pipelines %.1f ms for %.2f GB in, %.2f GB out, %lld groups; commit and the rest %.1f ms; "
+               "wall %.1f ms (%.2f GB/s of input)\n",
+               t.pipeline_ms, gb_in, gb_out, (long long)t.groups, wall_ms - setup_ms - t.pipeline_ms, wall_ms,
+               rate(gb_in, wall_ms));
 }
 
 // config.json with the quantization_config of the layout's producer:
@@ -263,7 +162,7 @@ std::string drop_quantization_config(const std::string& config_json) {
 
 void print_usage_quantize() {
   std::printf(
-      "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX] [--device cpu|cuda]\n"
+      "usage: nvfp4moe quantize --in IN --out OUT [--include REGEX] [--device cpu|cuda] [--timing]\n"
       "  IN, OUT: both .safetensors files or both model directories (shards kept).\n"
       "  2-D floating tensors whose name REGEX matches anywhere become ModelOpt NVFP4\n"
       "  (weight, weight_scale, weight_scale_2) under the names they had; an expert's\n"
@@ -273,16 +172,19 @@ void print_usage_quantize() {
       "    DeepSeek:     %s\n"
       "  REGEX: literals, \\x for a non-alphanumeric x, \\d \\w \\s (\\D \\W \\S), ., [a-z] [^...],\n"
       "  * + ?, |, ( ) and (?: ), ^ $ (an ECMAScript subset, matched in linear time).\n"
-      "  --device cuda: amaxes and quantization on the GPU (the same bytes as on the host); a\n"
-      "  progress bar on stderr when it is a terminal.\n",
+      "  --device cuda: amaxes and quantization on the GPU (the same bytes as on the host).\n"
+      "  Reading, quantizing and writing overlap: each file's output header goes first, every\n"
+      "  tensor is written at its offset as it is done. A progress bar on stderr when it is a\n"
+      "  terminal; --timing prints where the time went (stderr, \"timing:\" lines).\n",
       kDefaultIncludeHuggingFace, kDefaultIncludeDeepSeek);
 }
 
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-  const Args args(argc, argv,
-                  {flag("help"), text("in"), text("out"), text("include"), choice("device", {"cpu", "cuda"})});
+  const auto t0 = std::chrono::steady_clock::now();
+  const Args args(argc, argv, {flag("help"), text("in"), text("out"), text("include"),
+                               choice("device", {"cpu", "cuda"}), flag("timing")});
   if (args.has("help")) {
     print_usage_quantize();
     return 0;
@@ -294,26 +196,22 @@ int cmd_quantize(int argc, char** argv) {
   const ModelDir md(in);  // headers only; the layout decides the default pattern and the manifests
   const CheckpointLayout layout = md.layout();
   if (!include) include.emplace(default_include(layout), "--include");
-  const Quantizer quantizer = make_quantizer(args.get("device", "cpu"));
-  QuantizePlan plan(md, *include, quantizer);
+  const bool timing = args.has("timing");
+  const std::unique_ptr<QuantizeEngine> engine = make_quantize_engine(args.get("device", "cpu"), timing);
+  QuantizePlan plan(md, *include);
 
   Progress progress("quantize");
+  QuantizeTimes times;
   RewriteSpec spec;
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     progress.set_total(src.tensors().size());
-    for (const auto& t : src.tensors()) {
-      if (plan.quantized(t)) {
-        quantize_tensor(t, plan.global_scale(t), quantizer, w);
-      } else {
-        w.add(t.name, t.dtype, t.shape, t.data);
-      }
-      progress.tick(base_name(src.path()));
-    }
+    add_quantized_file(src, w, plan, *engine, [&progress, name = base_name(src.path())] { progress.tick(name); },
+                       times);
   };
+  // Modules left unquantized: the linear weights that did not match.
+  std::vector<std::string> excluded;
+  std::set<std::string> modules;
   if (fileio::is_directory(in)) {
-    // Modules left unquantized: the linear weights that did not match.
-    std::vector<std::string> excluded;
-    std::set<std::string> modules;
     for (const auto& name : md.tensor_names()) {
       const TensorInfo& t = md.get(name);
       if (plan.quantized(t)) modules.insert(QuantizePlan::module_of(name));
@@ -327,10 +225,10 @@ int cmd_quantize(int argc, char** argv) {
     spec.extra_files.push_back({"hf_quant_config.json", layout == CheckpointLayout::DeepSeek
                                                             ? hf_quant_config_mixed_text({modules.begin(), modules.end()}, excluded)
                                                             : hf_quant_config_text(excluded)});
-    rewrite_checkpoint(in, out, spec);
-    return 0;
   }
+  const double setup_ms = ms_since(t0);
   rewrite_checkpoint(in, out, spec);
+  if (timing) print_timing(times, *engine, setup_ms, ms_since(t0));
   return 0;
 }
 

@@ -77,6 +77,39 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// Owns `bytes` of page-locked host memory (cudaHostAlloc): copies between it
+// and the device run asynchronously at the link's rate, where a copy from
+// pageable memory goes through the driver's own staging on the calling
+// thread.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) NVFP4_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), bytes, cudaHostAllocDefault));
+  }
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_) cudaFreeHost(ptr_);
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  uint8_t* get() const { return ptr_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  uint8_t* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // SMs of the current device.
 inline int sm_count() {
   int device = 0, sms = 0;

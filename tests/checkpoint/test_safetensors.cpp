@@ -3,8 +3,11 @@
 // the tensor and the values.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -189,6 +192,124 @@ TEST(Safetensors, FailedWriteLeavesTheOldFileIntact) {
   w.add("a", DType::F32, {1}, &x);
   EXPECT_ERROR_CONTAINS(w.write(dir / "no/such/dir/x.safetensors"), "cannot create");
   EXPECT_EQ(read_bytes(path), (std::vector<uint8_t>{1, 2, 3}));
+}
+
+// ---- deferred tensors (SafetensorsStream) --------------------------------------
+
+// A mix of dtypes (sub-byte, 0-d, empty) whose layout reorders them.
+struct MixedTensors {
+  std::vector<std::string> names = {"codes", "g", "w", "empty", "f4", "scales"};
+  std::vector<DType> dtypes = {DType::U8, DType::F32, DType::BF16, DType::F32, DType::F4, DType::F8E4M3};
+  std::vector<std::vector<int64_t>> shapes = {{7, 5}, {}, {3, 64}, {0, 4}, {2, 6}, {7, 3}};
+  std::vector<std::vector<uint8_t>> bytes;
+  explicit MixedTensors(test::Rng& rng) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : shapes[i]) n *= d;
+      std::vector<uint8_t> b(size_t(n * dtype_bits(dtypes[i]) / 8));
+      for (auto& x : b) x = uint8_t(rng.next());
+      bytes.push_back(std::move(b));
+    }
+  }
+};
+
+TEST(SafetensorsStream, DeferredTensorsWrittenInAnyOrderGiveTheWritersBytes) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  const MixedTensors t(rng);
+  ScratchDir dir;
+  SafetensorsWriter whole;
+  whole.set_metadata("format", "pt");
+  for (size_t i = 0; i < t.names.size(); ++i) whole.add(t.names[i], t.dtypes[i], t.shapes[i], t.bytes[i].data());
+  whole.write(dir / "whole.safetensors");
+
+  // Every other tensor deferred; the filler writes them last to first, in
+  // 3-byte pieces spread over threads.
+  SafetensorsWriter streamed;
+  streamed.set_metadata("format", "pt");
+  std::vector<size_t> deferred;
+  for (size_t i = 0; i < t.names.size(); ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ(streamed.add_deferred(t.names[i], t.dtypes[i], t.shapes[i]), i) << t.names[i];
+      deferred.push_back(i);
+    } else {
+      streamed.add(t.names[i], t.dtypes[i], t.shapes[i], t.bytes[i].data());
+    }
+  }
+  int fills = 0;
+  streamed.set_filler([&](SafetensorsStream& s) {
+    ++fills;
+    std::vector<std::thread> threads;
+    for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
+      const size_t i = *it;
+      ASSERT_EQ(s.bytes(i), t.bytes[i].size()) << t.names[i];
+      for (uint64_t at = 0; at < s.bytes(i); at += 3)
+        threads.emplace_back([&, i, at] {
+          s.write(i, t.bytes[i].data() + at, std::min<uint64_t>(3, s.bytes(i) - at), at);
+        });
+    }
+    for (auto& th : threads) th.join();
+  });
+  streamed.write(dir / "streamed.safetensors");
+  EXPECT_EQ(fills, 1);
+  EXPECT_EQ(read_bytes(dir / "streamed.safetensors"), read_bytes(dir / "whole.safetensors"));
+  const SafetensorsFile f(dir / "streamed.safetensors");
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  for (size_t i = 0; i < t.names.size(); ++i) {
+    const TensorInfo& ti = f.get(t.names[i]);
+    EXPECT_EQ(std::vector<uint8_t>(ti.data, ti.data + ti.nbytes), t.bytes[i]) << t.names[i];
+  }
+}
+
+TEST(SafetensorsStream, ATensorLeftShortFailsNamingItAndLeavesTheOldFile) {
+  ScratchDir dir;
+  const std::string path = dir / "keep.safetensors";
+  write_bytes(path, {1, 2, 3});
+  SafetensorsWriter w;
+  const std::vector<float> x = {1, 2, 3, 4};
+  w.add("a", DType::F32, {4}, x.data());
+  const size_t b = w.add_deferred("b", DType::F32, {4});
+  w.set_filler([&](SafetensorsStream& s) { s.write(b, x.data(), 8); });  // 8 of its 16 bytes
+  EXPECT_ERROR_CONTAINS(w.write(path), "keep.safetensors", "tensor \"b\"", "not all written");
+  EXPECT_EQ(read_bytes(path), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+}
+
+TEST(SafetensorsStream, WritesOutsideATensorAndFillerErrorsAreRefused) {
+  ScratchDir dir;
+  SafetensorsWriter w;
+  const std::vector<float> x = {1, 2, 3, 4, 5};
+  const size_t a = w.add_deferred("a", DType::F32, {4});
+  w.set_filler([&](SafetensorsStream& s) { s.write(a, x.data(), 8, 12); });
+  EXPECT_ERROR_CONTAINS(w.write(dir / "x.safetensors"), "bytes [12, 20)", "outside its 16 bytes");
+  w.set_filler([&](SafetensorsStream&) { NVFP4_FAIL("the filler failed"); });
+  EXPECT_ERROR_CONTAINS(w.write(dir / "x.safetensors"), "the filler failed");
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.safetensors.tmp." + std::to_string(::getpid())));
+}
+
+TEST(SafetensorsStream, FileOffsetLocatesEveryTensorsBytes) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  const MixedTensors t(rng);
+  ScratchDir dir;
+  SafetensorsWriter w;
+  for (size_t i = 0; i < t.names.size(); ++i) w.add(t.names[i], t.dtypes[i], t.shapes[i], t.bytes[i].data());
+  w.write(dir / "x.safetensors");
+  const std::vector<uint8_t> file = read_bytes(dir / "x.safetensors");
+  const SafetensorsFile f(dir / "x.safetensors");
+  for (size_t i = 0; i < t.names.size(); ++i) {
+    const uint64_t at = f.file_offset(f.get(t.names[i]));
+    ASSERT_LE(at + t.bytes[i].size(), file.size()) << t.names[i];
+    EXPECT_EQ(std::vector<uint8_t>(file.begin() + int64_t(at), file.begin() + int64_t(at + t.bytes[i].size())),
+              t.bytes[i])
+        << t.names[i] << " at " << at;
+  }
+  TensorInfo other = f.get("w");
+  other.data = nullptr;
+  EXPECT_ERROR_CONTAINS(f.file_offset(other), "tensor \"w\"", "not one of this file's");
 }
 
 // ---- malformed files ---------------------------------------------------------

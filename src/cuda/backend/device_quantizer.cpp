@@ -1,6 +1,7 @@
 // DeviceQuantizer (see device_quantizer.hpp).
 #include "cuda/backend/device_quantizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -27,18 +28,51 @@ int usable_device(int device) {
 
 }  // namespace
 
+// The buffers of one group in flight. Each tensor's bytes start at a
+// multiple of kAlign in the staging, the device copy and the outputs, so
+// one copy moves a whole group and every row stays 16-byte aligned.
+struct DeviceQuantizer::Slot {
+  std::vector<GroupTensor> tensors;
+  std::vector<size_t> x_at, codes_at, scales_at;
+  size_t x_bytes = 0, codes_bytes = 0, scales_bytes = 0;
+  PinnedBuffer x_host;    // the inputs
+  PinnedBuffer out_host;  // codes [0, codes_bytes), then scales
+  PinnedBuffer amax_host;
+  DeviceBuffer<uint8_t> x, codes, scales;
+  DeviceBuffer<unsigned> amax;
+  CudaEvent uploaded{cudaEventDisableTiming}, amaxed{cudaEventDisableTiming},
+      quantized{cudaEventDisableTiming}, downloaded{cudaEventDisableTiming};
+};
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Grows a pinned buffer to at least n bytes, to `hint` when that is more
+// (the largest staging of any slot: the slots' groups alternate in size, a
+// gate/up pair and a down projection, and pinning memory twice costs more
+// than keeping it).
+void grow_pinned(PinnedBuffer& b, size_t n, size_t hint) {
+  if (b.size() < n) b = PinnedBuffer(std::max(n, hint));
+}
+
+}  // namespace
+
 DeviceQuantizer::DeviceQuantizer(int device) : device_(usable_device(device)) {}
 
+DeviceQuantizer::~DeviceQuantizer() = default;
+
 template <typename F>
-void DeviceQuantizer::timed(Span what, F&& f) {
+void DeviceQuantizer::timed(Span what, cudaStream_t stream, F&& f) {
   if (!timing_) {
     f();
     return;
   }
   Timed& t = spans_.emplace_back(Timed{what, CudaEvent(), CudaEvent()});
-  NVFP4_CUDA_CHECK(cudaEventRecord(t.begin.get(), stream_.get()));
+  NVFP4_CUDA_CHECK(cudaEventRecord(t.begin.get(), stream));
   f();
-  NVFP4_CUDA_CHECK(cudaEventRecord(t.end.get(), stream_.get()));
+  NVFP4_CUDA_CHECK(cudaEventRecord(t.end.get(), stream));
 }
 
 void DeviceQuantizer::enable_timing() {
@@ -48,7 +82,8 @@ void DeviceQuantizer::enable_timing() {
 
 DeviceQuantizerTimes DeviceQuantizer::times() {
   DeviceGuard guard(device_);
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  for (const CudaStream* s : {&upload_stream_, &stream_, &download_stream_})
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(s->get()));
   for (const Timed& t : spans_) {
     float ms = 0.0f;
     NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, t.begin.get(), t.end.get()));
@@ -68,15 +103,17 @@ void DeviceQuantizer::upload(const TensorInfo& t) {
   x_bf16_ = t.dtype == DType::BF16;
   if (x_bf16_) {
     grow(x_, size_t(n) * 2);
-    timed(Span::Upload, [&] { x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get()); });
+    timed(Span::Upload, stream_.get(),
+          [&] { x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get()); });
   } else {
     const std::vector<float> f = t.to_f32();  // F16 exactly, F64 rounded (beyond F32's range: Inf, refused)
     grow(x_, size_t(n) * 4);
-    timed(Span::Upload,
+    timed(Span::Upload, stream_.get(),
           [&] { x_.upload(reinterpret_cast<const uint8_t*>(f.data()), size_t(n) * 4, stream_.get()); });
     NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // f is freed on return
   }
   ++times_.uploads;
+  times_.upload_bytes += uint64_t(n) * (x_bf16_ ? 2 : 4);
   x_name_ = t.name;
   x_src_ = t.data;
   x_amax_.reset();
@@ -88,20 +125,20 @@ void DeviceQuantizer::upload(const Mxfp4WeightView& w, bool decode) {
   DeviceGuard guard(device_);
   if (name != mx_scales_name_ || w.scales() != mx_scales_src_) {
     grow(mx_scales_, size_t(N * K / 32));
-    timed(Span::Upload, [&] { mx_scales_.upload(w.scales(), size_t(N * K / 32), stream_.get()); });
+    timed(Span::Upload, stream_.get(), [&] { mx_scales_.upload(w.scales(), size_t(N * K / 32), stream_.get()); });
     mx_scales_name_ = name;
     mx_scales_src_ = w.scales();
   }
   if (!decode || (name == x_name_ && w.codes() == x_src_)) return;
   if (name != mx_codes_name_ || w.codes() != mx_codes_src_) {
     grow(mx_codes_, size_t(N * K / 2));
-    timed(Span::Upload, [&] { mx_codes_.upload(w.codes(), size_t(N * K / 2), stream_.get()); });
+    timed(Span::Upload, stream_.get(), [&] { mx_codes_.upload(w.codes(), size_t(N * K / 2), stream_.get()); });
     ++times_.uploads;
     mx_codes_name_ = name;
     mx_codes_src_ = w.codes();
   }
   grow(x_, size_t(N * K) * 2);
-  timed(Span::Kernels, [&] {
+  timed(Span::Kernels, stream_.get(), [&] {
     mxfp4_decode_bf16(mx_codes_.get(), mx_scales_.get(), N, K, reinterpret_cast<__nv_bfloat16*>(x_.get()),
                       stream_.get());
   });
@@ -114,7 +151,7 @@ void DeviceQuantizer::upload(const Mxfp4WeightView& w, bool decode) {
 float DeviceQuantizer::uploaded_amax(const std::string& name, int64_t numel) {
   if (x_amax_) return *x_amax_;  // the plan asks first, quantize then checks the same tensor
   DeviceGuard guard(device_);
-  timed(Span::Kernels, [&] { tensor_abs_max(x_.get(), x_bf16_, numel, amax_.get(), stream_.get()); });
+  timed(Span::Kernels, stream_.get(), [&] { tensor_abs_max(x_.get(), x_bf16_, numel, amax_.get(), stream_.get()); });
   unsigned bits = 0;
   NVFP4_CUDA_CHECK(cudaMemcpyAsync(&bits, amax_.get(), sizeof bits, cudaMemcpyDeviceToHost, stream_.get()));
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
@@ -139,17 +176,18 @@ void DeviceQuantizer::quantize_uploaded(int64_t N, int64_t K, float g) {
   q.g_out = g_rows_.get();
   q.codes = codes_.get();
   q.scales_linear = scales_.get();
-  timed(Span::Kernels, [&] { stage_activations(q, stream_.get()); });
+  timed(Span::Kernels, stream_.get(), [&] { stage_activations(q, stream_.get()); });
 }
 
 void DeviceQuantizer::download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K) {
   DeviceGuard guard(device_);
   codes.resize(size_t(N * K / 2));
   scales.resize(size_t(N * K / 16));
-  timed(Span::Download, [&] {
+  timed(Span::Download, stream_.get(), [&] {
     codes_.download(codes.data(), codes.size(), stream_.get());
     scales_.download(scales.data(), scales.size(), stream_.get());
   });
+  times_.download_bytes += codes.size() + scales.size();
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
@@ -182,7 +220,7 @@ float DeviceQuantizer::amax(const Mxfp4WeightView& w) {
 int DeviceQuantizer::kmax(const Mxfp4WeightView& w) {
   upload(w, false);
   DeviceGuard guard(device_);
-  timed(Span::Kernels,
+  timed(Span::Kernels, stream_.get(),
         [&] { mxfp4_max_scale_byte(mx_scales_.get(), w.rows * w.cols / 32, max_byte_.get(), stream_.get()); });
   unsigned b = 0;
   NVFP4_CUDA_CHECK(cudaMemcpyAsync(&b, max_byte_.get(), sizeof b, cudaMemcpyDeviceToHost, stream_.get()));
@@ -209,7 +247,7 @@ Nvfp4Tensor DeviceQuantizer::cast_lossless(const Mxfp4WeightView& w, int m) {
   // then the blocks within it take back their codes and the scale 2^delta.
   quantize_uploaded(w.rows, w.cols, t.g);
   DeviceGuard guard(device_);
-  timed(Span::Kernels, [&] {
+  timed(Span::Kernels, stream_.get(), [&] {
     mxfp4_keep_exact_blocks(mx_codes_.get(), mx_scales_.get(), w.rows, w.cols, m, codes_.get(), scales_.get(),
                             exact_.get(), stream_.get());
   });
@@ -218,6 +256,116 @@ Nvfp4Tensor DeviceQuantizer::cast_lossless(const Mxfp4WeightView& w, int m) {
   download(t.codes, t.scales, w.rows, w.cols);
   t.exact_blocks = int64_t(exact);
   return t;
+}
+
+void DeviceQuantizer::set_slots(int slots) {
+  NVFP4_CHECK(slots >= 1, "DeviceQuantizer: slots must be >= 1, got ", slots);
+  slots_.clear();
+  for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
+}
+
+std::vector<uint8_t*> DeviceQuantizer::stage_group(int slot, const std::vector<GroupTensor>& group) {
+  NVFP4_CHECK(slot >= 0 && size_t(slot) < slots_.size(), "DeviceQuantizer: slot ", slot, " of ", slots_.size());
+  Slot& s = *slots_[size_t(slot)];
+  s.tensors = group;
+  s.x_at.clear();
+  s.codes_at.clear();
+  s.scales_at.clear();
+  s.x_bytes = s.codes_bytes = s.scales_bytes = 0;
+  for (const GroupTensor& t : group) {
+    NVFP4_CHECK(t.rows >= 0 && t.cols >= 0 && t.cols % 16 == 0, "tensor \"", t.name, "\": quantize needs [N, K] with "
+                "K a multiple of 16, got [", t.rows, ", ", t.cols, "]");
+    const size_t n = size_t(t.rows * t.cols);
+    s.x_at.push_back(s.x_bytes);
+    s.codes_at.push_back(s.codes_bytes);
+    s.scales_at.push_back(s.scales_bytes);
+    s.x_bytes += aligned(n * (t.bf16 ? 2 : 4));
+    s.codes_bytes += aligned(n / 2);
+    s.scales_bytes += aligned(n / 16);
+  }
+  size_t hint = 0, out_hint = 0;
+  for (const auto& o : slots_) {
+    hint = std::max(hint, o->x_host.size());
+    out_hint = std::max(out_hint, o->out_host.size());
+  }
+  DeviceGuard guard(device_);
+  grow_pinned(s.x_host, s.x_bytes, hint);
+  grow_pinned(s.out_host, s.codes_bytes + s.scales_bytes, out_hint);
+  grow_pinned(s.amax_host, group.size() * sizeof(unsigned), 0);
+  std::vector<uint8_t*> at;
+  for (size_t j = 0; j < group.size(); ++j) at.push_back(s.x_host.get() + s.x_at[j]);
+  return at;
+}
+
+std::vector<float> DeviceQuantizer::group_amaxes(int slot) {
+  Slot& s = *slots_.at(size_t(slot));
+  DeviceGuard guard(device_);
+  grow(s.x, s.x_bytes);
+  grow(s.amax, s.tensors.size());
+  timed(Span::Upload, upload_stream_.get(), [&] { s.x.upload(s.x_host.get(), s.x_bytes, upload_stream_.get()); });
+  NVFP4_CUDA_CHECK(cudaEventRecord(s.uploaded.get(), upload_stream_.get()));
+  times_.uploads += int64_t(s.tensors.size());
+  times_.upload_bytes += s.x_bytes;
+  NVFP4_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), s.uploaded.get(), 0));
+  timed(Span::Kernels, stream_.get(), [&] {
+    for (size_t j = 0; j < s.tensors.size(); ++j)
+      tensor_abs_max(s.x.get() + s.x_at[j], s.tensors[j].bf16, s.tensors[j].rows * s.tensors[j].cols,
+                     s.amax.get() + j, stream_.get());
+  });
+  NVFP4_CUDA_CHECK(cudaMemcpyAsync(s.amax_host.get(), s.amax.get(), s.tensors.size() * sizeof(unsigned),
+                                   cudaMemcpyDeviceToHost, stream_.get()));
+  NVFP4_CUDA_CHECK(cudaEventRecord(s.amaxed.get(), stream_.get()));
+  NVFP4_CUDA_CHECK(cudaEventSynchronize(s.amaxed.get()));
+  std::vector<float> a;
+  for (size_t j = 0; j < s.tensors.size(); ++j) {
+    unsigned bits = 0;
+    std::memcpy(&bits, s.amax_host.get() + j * sizeof bits, sizeof bits);
+    a.push_back(fmt::bits_to_float(bits));
+    NVFP4_CHECK(fmt::is_finite(a.back()), "tensor \"", s.tensors[j].name,
+                "\" holds NaN or Inf; NVFP4 weights must be finite");
+  }
+  return a;
+}
+
+void DeviceQuantizer::quantize_group(int slot, float g) {
+  Slot& s = *slots_.at(size_t(slot));
+  DeviceGuard guard(device_);
+  grow(s.codes, s.codes_bytes);
+  grow(s.scales, s.scales_bytes);
+  int64_t rows = 0;
+  for (const GroupTensor& t : s.tensors) rows = std::max(rows, t.rows);
+  grow(g_rows_, size_t(rows));  // on stream_ like every kernel that writes it
+  timed(Span::Kernels, stream_.get(), [&] {
+    for (size_t j = 0; j < s.tensors.size(); ++j) {
+      QuantizeActArgs q;
+      q.x = s.x.get() + s.x_at[j];
+      q.x_is_bf16 = s.tensors[j].bf16;
+      q.rows = s.tensors[j].rows;
+      q.cols = s.tensors[j].cols;
+      q.scope = ActScope::Static;
+      q.static_g = g;
+      q.g_out = g_rows_.get();
+      q.codes = s.codes.get() + s.codes_at[j];
+      q.scales_linear = s.scales.get() + s.scales_at[j];
+      stage_activations(q, stream_.get());
+    }
+  });
+  NVFP4_CUDA_CHECK(cudaEventRecord(s.quantized.get(), stream_.get()));
+  NVFP4_CUDA_CHECK(cudaStreamWaitEvent(download_stream_.get(), s.quantized.get(), 0));
+  timed(Span::Download, download_stream_.get(), [&] {
+    s.codes.download(s.out_host.get(), s.codes_bytes, download_stream_.get());
+    s.scales.download(s.out_host.get() + s.codes_bytes, s.scales_bytes, download_stream_.get());
+  });
+  times_.download_bytes += s.codes_bytes + s.scales_bytes;
+  NVFP4_CUDA_CHECK(cudaEventRecord(s.downloaded.get(), download_stream_.get()));
+}
+
+DeviceQuantizer::GroupResult DeviceQuantizer::group_result(int slot, size_t j) {
+  Slot& s = *slots_.at(size_t(slot));
+  NVFP4_CHECK(j < s.tensors.size(), "DeviceQuantizer: tensor ", j, " of a group of ", s.tensors.size());
+  DeviceGuard guard(device_);
+  NVFP4_CUDA_CHECK(cudaEventSynchronize(s.downloaded.get()));
+  return {s.out_host.get() + s.codes_at[j], s.out_host.get() + s.codes_bytes + s.scales_at[j]};
 }
 
 ConvertNumerics device_convert_numerics(std::shared_ptr<DeviceQuantizer> q) {

@@ -5,8 +5,17 @@
 // exactly: kernels/mxfp4_decode.hpp), its amax and its codes and block
 // scales under a given global scale come from the activation staging's
 // kernels (kernels/staging.hpp), which give the host quantizer's bytes
-// (docs/numerics.md §2). Every copy and kernel runs on its own stream.
+// (docs/numerics.md §2). Every copy and kernel runs on the quantizer's own
+// streams.
 // Device buffers grow to the largest tensor seen.
+//
+// Groups in flight (quantize's pipeline, cli/quantize_pipeline.hpp): a group
+// is one tensor or an expert's gate and up, and `slots` groups are in flight
+// at once, each with pinned host staging and device buffers of its own, so
+// the host fills one slot while the GPU works on another and a third is
+// written out. A group's uploads, kernels and downloads run on three streams
+// (copies in both directions next to the kernels), ordered by events; the
+// group crosses PCIe once: its amaxes and its codes come from one upload.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +39,13 @@ namespace nvfp4moe::cuda {
 struct DeviceQuantizerTimes {
   double upload_ms = 0, kernel_ms = 0, download_ms = 0;
   int64_t uploads = 0;  // tensors sent to the device
+  uint64_t upload_bytes = 0, download_bytes = 0;
 };
 
 class DeviceQuantizer {
  public:
   explicit DeviceQuantizer(int device = 0);
+  ~DeviceQuantizer();
 
   // max |x| of a 2-D float tensor (BF16, F16, F32 or F64); NaN or Inf is an
   // error naming it.
@@ -50,14 +61,41 @@ class DeviceQuantizer {
   Nvfp4Tensor requantize(const Mxfp4WeightView& w, float g);  // requantize_mxfp4
   Nvfp4Tensor cast_lossless(const Mxfp4WeightView& w, int m);  // cast_mxfp4_lossless
 
+  // One tensor of a group: BF16 values as they are, other float types as F32.
+  struct GroupTensor {
+    std::string name;
+    int64_t rows = 0, cols = 0;  // cols a multiple of 16
+    bool bf16 = true;
+  };
+  struct GroupResult {
+    const uint8_t* codes;   // [rows, cols/2]
+    const uint8_t* scales;  // [rows, cols/16] linear UE4M3
+  };
+  // Sets the number of slots (>= 1; before the first group).
+  void set_slots(int slots);
+  // Reader thread: pinned host memory for each tensor of the group, of
+  // rows * cols * (2 or 4) bytes, to be filled before group_amaxes(slot).
+  std::vector<uint8_t*> stage_group(int slot, const std::vector<GroupTensor>& group);
+  // Compute thread: uploads the slot's group and returns the amax of each
+  // tensor (NaN or Inf an error naming it); waits for the amaxes only.
+  std::vector<float> group_amaxes(int slot);
+  // Compute thread: queues the quantization of the slot's group under g and
+  // the download of its codes and scales into pinned memory.
+  void quantize_group(int slot, float g);
+  // Writer thread: waits for the download; tensor j's bytes, valid until the
+  // slot is staged again.
+  GroupResult group_result(int slot, size_t j);
+
   void enable_timing();
   DeviceQuantizerTimes times();  // synchronises
 
  private:
   enum class Span { Upload, Kernels, Download };
-  // Events around work queued by f on the stream, when timing is on.
+  struct Slot;
+  // Events around work queued by f on `stream`, when timing is on (called
+  // from one thread at a time: the compute stage's).
   template <typename F>
-  void timed(Span what, F&& f);
+  void timed(Span what, cudaStream_t stream, F&& f);
   // Uploads t unless it is the tensor uploaded last.
   void upload(const TensorInfo& t);
   // Uploads w's codes and scale bytes (unless uploaded last) and, when
@@ -70,7 +108,9 @@ class DeviceQuantizer {
   void download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K);
 
   int device_;
-  CudaStream stream_;
+  CudaStream stream_;  // kernels (and the single-tensor calls' copies)
+  CudaStream upload_stream_, download_stream_;  // groups' copies
+  std::vector<std::unique_ptr<Slot>> slots_;
   DeviceBuffer<uint8_t> x_;  // the tensor: BF16 or F32
   bool x_bf16_ = false;
   std::string x_name_;
