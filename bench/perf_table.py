@@ -20,8 +20,8 @@ benchmarks' machine-readable output of one run:
 Every input is optional; each table is written when its input is given. The
 roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense)
 against the ceilings of the same run, the weight bytes being the format's
-own (its checkpoint's: NVFP4 4.5 bits a weight, MXFP4 4.25, though the
-device reads 4.5 for both); the fraction is roofline / time. Where a run
+own (its checkpoint's: NVFP4 4.5 bits a weight, MXFP4 4.25, which the
+device reads); the fraction is roofline / time. Where a run
 has MXFP4 rows, a second table sets each beside the NVFP4 row of the same
 workload, mode and T. Only the standard library is used, so the script runs
 on the GPU machine and here.
@@ -104,8 +104,7 @@ def format_comparison(ours, read_bps, bf16_flops):
                    f"| {percent(rm / m['graph_us'])} |")
     out.append("")
     out.append("Each fraction against its format's own roofline: NVFP4's 4.5 bits a weight, MXFP4's checkpoint "
-               "4.25 bits (the device reads the same 4.5 bits a weight for both, one multiplier byte per 16 "
-               "weights: GB read), so at equal time the MXFP4 fraction is 4.25 / 4.5 = 0.94 of the NVFP4 one. "
+               "4.25 bits, which the device reads (one multiplier byte per 32 weights: GB read). "
                "The MXFP4 decode target (T <= 64) is a ratio of 1.")
     return out
 
@@ -149,7 +148,7 @@ def routed_table(routed_path, baselines_path):
                "grouped GEMMs alone and the kernel the device chose (decode, or the prefill kernel's split "
                "launches). format: the routed experts' weights; act: their activation mode (docs/numerics.md "
                "§7). Roofline: max(the format's bytes of the touched experts (NVFP4 4.5 bits a weight, MXFP4 "
-               "its checkpoint's 4.25; the device reads 4.5 for both) / HBM read, 2 x pairs x 3HI FLOPs / BF16 "
+               "its checkpoint's 4.25, which the device reads) / HBM read, 2 x pairs x 3HI FLOPs / BF16 "
                "dense). Baselines: PyTorch MoEs with the same routing, SwiGLU and combine, BF16 "
                "`torch._grouped_mm` and FP8 rowwise `torch._scaled_grouped_mm`; vs = baseline time / "
                "routed path time.")
@@ -182,7 +181,7 @@ def layer_table(csv_path, log_path):
     out.append("Forward: `Moe::forward` on the cuda backend with caller routing, median over rotated inputs. "
                "ep8: one rank of 8 (48 local experts fed the pairs of 8T tokens, routed experts only); ep1: "
                "all 384 experts and the shared expert. GB: the bytes the device reads (the touched experts at "
-               "4.5 bits a weight, NVFP4 or MXFP4, plus the shared expert's BF16 weights for ep1). Roofline "
+               "4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared expert's BF16 weights for ep1). Roofline "
                "from the row's FLOPs and its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) "
                "against the ceilings above.")
     return out

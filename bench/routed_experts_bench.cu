@@ -16,10 +16,10 @@
 // values; the GPU tests check the numbers). MXFP4 weights are made as
 // DeepSeek's release holds them (cli/bench_weights.hpp: every code, UE8M0
 // bytes 2^-8 .. 2^-4) and go through the backend's own upload, which turns
-// them into one multiplier byte per 16 weights: the device reads 4.5 bits a
-// weight, as for NVFP4. Their rows state both the bytes read and the
-// checkpoint's 4.25 bits a weight, with the fraction of the 4.25-bit
-// roofline (the format's own) beside the NVFP4 row's fraction. Usage:
+// them into one multiplier byte per 32 weights: the device reads the
+// checkpoint's 4.25 bits a weight. Their rows state the bytes read and the
+// fraction of the 4.25-bit roofline (the format's own) beside the NVFP4
+// row's fraction. Usage:
 //   nvfp4moe_routed_bench [--experts 48,384] [--tokens 1,8,64,512,2048,4096,8192]
 //                         [--format nvfp4,mxfp4] [--act nvfp4,bf16,fp8]
 //                         [--reps N] [--json FILE] [--no-simple]
@@ -414,8 +414,8 @@ GraphTimes graph_times(const std::function<void()> (&stages)[6], cudaStream_t s,
   return g;
 }
 
-// floor, mem_floor: the bytes the device reads (4.5 bits a weight, either
-// format); ckpt_*: the format's checkpoint bytes (NVFP4 4.5, MXFP4 4.25).
+// floor, mem_floor: the bytes the device reads; ckpt_*: the format's
+// checkpoint bytes (NVFP4 4.5, MXFP4 4.25 bits a weight; the same bytes).
 struct Row {
   const char* ep = "";
   int64_t E = 0, T = 0, P = 0, touched = 0;
@@ -450,7 +450,7 @@ void print_row(const Row& w, const Ceilings& c, bool modes, const Row* twin, FIL
   if (w.format == ExpertFormat::Mxfp4) {
     std::printf("     roofline: the device reads %.3f GB (%.2f bits a weight): floor %.1f us, GEMM %.0f%%; the MXFP4 "
                 "checkpoint %.3f GB (%.2f bits): floor %.1f us, GEMM %.0f%%, path %.0f%%",
-                w.device_bytes * 1e-9, kDeviceBitsPerWeight, w.floor, 100.0 * w.floor / gemm, w.ckpt_bytes * 1e-9,
+                w.device_bytes * 1e-9, checkpoint_bits_per_weight(w.format), w.floor, 100.0 * w.floor / gemm, w.ckpt_bytes * 1e-9,
                 checkpoint_bits_per_weight(w.format), w.ckpt_floor, 100.0 * w.ckpt_floor / gemm,
                 100.0 * w.ckpt_floor / w.graph.whole);
     if (twin)
@@ -477,7 +477,7 @@ void print_row(const Row& w, const Ceilings& c, bool modes, const Row* twin, FIL
                w.ep, (long long)w.E, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2,
                gemm, w.floor, w.mem_floor, w.comp_floor, w.simple, w.group, w.quant, w.fast_quant, w.requant,
                w.fast_requant, w.combine, w.graph.whole, w.sweep.c_str(), format_option_name(w.format),
-               activation_mode_name(w.act), kDeviceBitsPerWeight, checkpoint_bits_per_weight(w.format),
+               activation_mode_name(w.act), checkpoint_bits_per_weight(w.format), checkpoint_bits_per_weight(w.format),
                w.device_bytes, w.ckpt_bytes, w.ckpt_mem_floor, w.ckpt_floor);
 }
 
@@ -491,9 +491,8 @@ void print_format_summary(const std::vector<Row>& rows) {
     if (!n) continue;
     if (!header) {
       std::printf("\nMXFP4 against NVFP4: fractions of each format's own roofline (NVFP4 %.2f bits a weight, MXFP4 "
-                  "%.2f: its checkpoint's; the device reads %.2f for both)\n",
-                  checkpoint_bits_per_weight(ExpertFormat::Nvfp4), checkpoint_bits_per_weight(ExpertFormat::Mxfp4),
-                  kDeviceBitsPerWeight);
+                  "%.2f, its checkpoint's, which the device reads)\n",
+                  checkpoint_bits_per_weight(ExpertFormat::Nvfp4), checkpoint_bits_per_weight(ExpertFormat::Mxfp4));
       std::printf("%-4s %6s %-6s %-9s %11s %11s %10s %10s %7s %10s %10s\n", "EP", "T", "act", "config", "NVFP4 us",
                   "MXFP4 us", "NVFP4 frac", "MXFP4 frac", "ratio", "NVFP4 path", "MXFP4 path");
       header = true;
@@ -556,7 +555,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   w.l2_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.down(p, nullptr); }) / 4;
 
   const double weights = double(routing.touched) * (2.0 * kI * kH + double(kH) * kI);
-  w.device_bytes = weights * kDeviceBitsPerWeight / 8;
+  w.device_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.ckpt_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.mem_floor = w.device_bytes / c.read * 1e6;
   w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / c.bf16 * 1e6;

@@ -6,10 +6,10 @@
 // Bytes a weight. A format's checkpoint holds NVFP4 as a 4-bit code and one
 // UE4M3 byte per 16 weights (4.5 bits; the FP32 global scales are
 // negligible) and MXFP4 as a 4-bit code and one UE8M0 byte per 32 (4.25
-// bits). The CUDA kernels read both through one multiplier byte per 16
-// weights (cuda/layout/scale_multiplier.hpp), so the device reads 4.5 bits a
-// weight for either: an MXFP4 layer's bytes read are the NVFP4 ones, while
-// its own roofline is that of its 4.25-bit checkpoint bytes.
+// bits). The CUDA kernels read both through multiplier bytes
+// (cuda/layout/scale_multiplier.hpp), one per 16 weights for NVFP4 and one
+// per 32 for MXFP4 (cuda/layout/fragment_layout.hpp): the device reads the
+// checkpoint's bits a weight.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +19,9 @@
 
 namespace nvfp4moe {
 
-// Bits a weight the CUDA kernels read, either format.
-constexpr double kDeviceBitsPerWeight = 4.5;
-// Bits a weight of the format's checkpoint: 4.5 (NVFP4), 4.25 (MXFP4).
+// Bits a weight of the format's checkpoint: 4.5 (NVFP4), 4.25 (MXFP4); the
+// CUDA kernels read as many (cuda/layout/fragment_layout.hpp: MXFP4 keeps
+// one multiplier byte per 32 weights).
 constexpr double checkpoint_bits_per_weight(ExpertFormat f) { return f == ExpertFormat::Mxfp4 ? 4.25 : 4.5; }
 
 // The name of a weight format on a benchmark's command line: "nvfp4" | "mxfp4".

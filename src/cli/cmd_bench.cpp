@@ -11,8 +11,8 @@
 // Weights are random code bytes and sane scale bytes made directly (14 GB for
 // 384 experts), never quantized from dense values: NVFP4, or with --format
 // mxfp4 MXFP4 as DeepSeek's release holds them (cli/bench_weights.hpp),
-// which the device reads as 4.5 bits a weight like NVFP4 while its own
-// roofline counts the checkpoint's 4.25; --act picks the routed experts'
+// which the device reads at the checkpoint's 4.25 bits a weight; --act picks
+// the routed experts'
 // activation mode (docs/numerics.md §7). Each timed forward uses the
 // next of several routing/input sets so caches hold nothing useful between runs.
 #include <algorithm>
@@ -180,7 +180,7 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
                (long long)count, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                (long long)max_tokens);
 
-  const double expert_bytes = double(3 * H * I) * kDeviceBitsPerWeight / 8;  // what the device reads
+  const double expert_bytes = double(3 * H * I) * checkpoint_bits_per_weight(formats.weights) / 8;  // what the device reads
   const double ckpt_expert_bytes = double(3 * H * I) * checkpoint_bits_per_weight(formats.weights) / 8;
   const double shared_bytes = double(3 * H * c.shared_inter()) * 2.0;
   DeviceBuffer<uint16_t> y(size_t(max_tokens * H));
@@ -282,8 +282,8 @@ int cmd_bench(int argc, char** argv) {
   const bool mx = formats.weights == ExpertFormat::Mxfp4;
   if (!formats.is_default())
     std::printf("\nrouted experts: %s weights, %s activations; GB, roof_us and frac count the bytes the device "
-                "reads (%.1f bits a weight)%s\n", format_option_name(formats.weights),
-                activation_mode_name(formats.act), kDeviceBitsPerWeight,
+                "reads (%.2f bits a weight)%s\n", format_option_name(formats.weights),
+                activation_mode_name(formats.act), checkpoint_bits_per_weight(formats.weights),
                 mx ? "; ckpt_GB, ckpt_roof_us and ckpt_frac the MXFP4 checkpoint's (4.25 bits a weight), the "
                      "format's own roofline"
                    : "");

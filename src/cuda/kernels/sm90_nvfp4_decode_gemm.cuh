@@ -59,7 +59,10 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   const Sched sch(params, warp, lane);
   const int64_t stages = (sch.k_chunks / kWarps) / kStageChunks;
   const uint4* codes = reinterpret_cast<const uint4*>(w.codes) + sch.chunk0 * 32 + lane;
-  const uint32_t* scales = reinterpret_cast<const uint32_t*>(w.scales) + (sch.chunk0 / kMmaScaleChunks) * 32 + lane;
+  // Scale words: one a lane (NVFP4) or one per lane pair (MXFP4), fragment_layout.hpp.
+  const int scale_lanes = w.geometry.scale_lanes;
+  const uint32_t* scales = reinterpret_cast<const uint32_t*>(w.scales) + (sch.chunk0 / kMmaScaleChunks) * scale_lanes +
+                           scale_word_of_lane(scale_lanes, lane);
   // This lane's slot of load (chunk j, tile n, half h) in ring stage b: ring + b * kRingStage + ((j * kNTiles + n) * 2 + h) * kActSlot.
   const uint32_t ring = ptx::smem_addr(act_ring) + uint32_t(warp) * (kRingStage / kWarps) + uint32_t(lane) * 16;
 
@@ -75,11 +78,12 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint4* c = codes + (o.et[m] * sch.k_chunks + st * kStageChunks) * 32;
-      const uint32_t* s = scales + (o.et[m] * (sch.k_chunks / kMmaScaleChunks) + st * (kStageChunks / kMmaScaleChunks)) * 32;
+      const uint32_t* s =
+          scales + (o.et[m] * (sch.k_chunks / kMmaScaleChunks) + st * (kStageChunks / kMmaScaleChunks)) * scale_lanes;
 #pragma unroll
       for (int j = 0; j < kStageChunks; ++j) frag[m][j] = ptx::ld_global_stream_v4(c + j * 32);
 #pragma unroll
-      for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) scl[m][j] = ptx::ld_global_stream_u32(s + j * 32);
+      for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) scl[m][j] = ptx::ld_global_stream_u32(s + j * scale_lanes);
     }
     if constexpr (kActRing<kNTiles>) fetch_acts<kNTiles, kStageChunks>(o.act, o.live, st * kStageChunks, ring + buf * kRingStage);
   };

@@ -47,7 +47,7 @@ constexpr int kMTilesPerCta = kConsumerWarpgroups * kMTilesPerWarpgroup;
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
 constexpr int kStageK = kStageChunks * kMmaChunkK;
 constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
-constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks
+constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks (at most: MXFP4 half)
 constexpr int kActAtomBytes = 128;                           // one swizzle row: 64 BF16
 constexpr int kMaxLocalExperts = 2048;                       // bounds the scheduler's shared arrays (fits 227 KB)
 static_assert(kMmaChunkK * 2 == kActAtomBytes, "a chunk of BF16 operand must fill one 128-byte swizzle row");
@@ -98,7 +98,7 @@ static_assert(sizeof(ColumnMeta) == 12, "ColumnMeta is 3 words");
 // copies them with cp.async.
 struct WgmmaMaps {
   CUtensorMap codes;   // u32 [experts][m_tiles][k_chunks * 128], box [1][16][256]: one stage of 16 m-tiles
-  CUtensorMap scales;  // u32 [experts][m_tiles][k_stages * 32], box [1][16][32]
+  CUtensorMap scales;  // u32 [experts][m_tiles][k_stages * scale_lanes], box [1][16][scale_lanes]
   CUtensorMap act;     // BF16 [act_rows][K], box [block_n][64], 128-byte swizzle (Down only)
 };
 
@@ -219,7 +219,11 @@ struct Cta {
   // A stage is full once the TMA bytes have landed (one expect_tx arrival)
   // and, when gathering, every producer thread's cp.async.
   static constexpr int kFullArrivals = 1 + (kGather ? kProducerThreads : 0);
-  static constexpr uint32_t kTmaBytes = S::kCodeStage + S::kScaleStage + (kGather ? 0 : S::kActStage);
+  // The TMA bytes of a stage: its scale box is one word a lane (NVFP4) or
+  // per lane pair (MXFP4) of each m-tile (fragment_layout.hpp).
+  static constexpr uint32_t tma_bytes(int scale_lanes) {
+    return uint32_t(S::kCodeStage + kMTilesPerCta * scale_lanes * 4 + (kGather ? 0 : S::kActStage));
+  }
 
   uint32_t act_base, code_base, scale_base;  // the stage rings (shared-window addresses)
   uint64_t act_desc0;                        // wgmma descriptor of operand stage 0
@@ -231,6 +235,7 @@ struct Cta {
   int32_t* prefix;                           // [local + 1] tiles before each expert
   int32_t local = 0, total = 0;              // local experts; tiles of this launch
   int64_t m_tiles = 0, k_stages = 0;
+  int32_t scale_lanes = 32;                  // scale words per m-tile and stage
 
   __device__ Tile tile(int32_t t, TokenBlocks mode) const { return tile_at<kBlockN>(t, offsets, prefix, local, mode); }
 };
@@ -262,6 +267,7 @@ __device__ __forceinline__ Cta<P, kBlockN> setup_cta(const GroupedGemmPlan& plan
   c.offsets = reinterpret_cast<int32_t*>(smem + S::kOffsets);
   c.prefix = c.offsets + c.local + 1;
   c.m_tiles = w.geometry.m_tiles;
+  c.scale_lanes = w.geometry.scale_lanes;
   c.k_stages = w.geometry.k_chunks / kStageChunks;
   const int32_t m_blocks = int32_t((c.m_tiles + kMTilesPerCta - 1) / kMTilesPerCta);
 
@@ -330,11 +336,11 @@ __device__ __forceinline__ void produce_stage(const GroupedGemmPlan& plan, const
     // cp.async's loads alone reached ~44 GB/s per SM. Rows past the expert's
     // last m-tile read as zero and are never stored.
     const int64_t mt0 = int64_t(tile.m_block) * kMTilesPerCta;
-    ptx::mbarrier_arrive_expect_tx(full, C::kTmaBytes);
+    ptx::mbarrier_arrive_expect_tx(full, C::tma_bytes(c.scale_lanes));
     ptx::tma_load_3d(c.code_base + ring.stage * S::kCodeStage, &maps.codes, full,
                      int32_t(ks * (kStageChunks * kFragBytes / 4)), int32_t(mt0), tile.expert);
     ptx::tma_load_3d(c.scale_base + ring.stage * S::kScaleStage, &maps.scales, full,
-                     int32_t(ks * (kScaleWordBytes / 4)), int32_t(mt0), tile.expert);
+                     int32_t(ks * c.scale_lanes), int32_t(mt0), tile.expert);
     if constexpr (!C::kGather) {  // positions tile.begin.. (columns past tile.rows are never stored)
 #pragma unroll
       for (int ch = 0; ch < kStageChunks; ++ch)
@@ -388,7 +394,8 @@ __device__ __forceinline__ void dequant_a(const Cta<P, kBlockN>& c, int stage, i
                                           int lane, uint32_t (&dst)[4][4]) {
   using S = Smem<kBlockN>;
   const int m = wg * kMTilesPerWarpgroup + 4 * j + wwarp;  // m-tile of this warp in m64 tile j
-  const uint32_t scales = ptx::ld_shared_u32(c.scale_base + stage * S::kScaleStage + m * kScaleWordBytes + lane * 4);
+  const uint32_t scales = ptx::ld_shared_u32(c.scale_base + stage * S::kScaleStage +
+                                             uint32_t(m * c.scale_lanes + scale_word_of_lane(c.scale_lanes, lane)) * 4);
   const uint4 frag =
       ptx::ld_shared_v4(c.code_base + stage * S::kCodeStage + (m * kStageChunks + ch) * kFragBytes + lane * 16);
   dequant_fragment_chunk(frag, scales >> (16 * ch), dst);
@@ -532,12 +539,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 WgmmaMaps weight_maps(const GroupedGemmPlan& p, const FragmentWeights& w) {
   const FragmentGeometry& g = w.geometry;
   const uint64_t experts = uint64_t(p.local_experts), m_tiles = uint64_t(g.m_tiles);
-  const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes, scale_row = uint64_t(g.k_chunks / kStageChunks) * kScaleWordBytes;
+  const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes;
+  const uint64_t scale_row = uint64_t(g.k_chunks / kStageChunks) * uint64_t(g.scale_lanes) * 4;
   WgmmaMaps m{};
   m.codes = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.codes, {code_row / 4, m_tiles, experts},
                             {code_row, code_row * m_tiles}, {kStageChunks * kFragBytes / 4, kMTilesPerCta, 1});
   m.scales = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.scales, {scale_row / 4, m_tiles, experts},
-                             {scale_row, scale_row * m_tiles}, {kScaleWordBytes / 4, kMTilesPerCta, 1});
+                             {scale_row, scale_row * m_tiles}, {uint32_t(g.scale_lanes), kMTilesPerCta, 1});
   return m;
 }
 

@@ -17,6 +17,11 @@ int64_t source_row(Projection p, int64_t mt, int r, int64_t inter) {
   return r < 8 ? i : inter + i;
 }
 
+// Byte 0 of lane's scale word `word` of m-tile mt.
+int64_t scale_byte(const FragmentGeometry& g, int64_t mt, int64_t word, int lane) {
+  return ((mt * (g.k_chunks / kMmaScaleChunks) + word) * g.scale_lanes + scale_word_of_lane(g.scale_lanes, lane)) * 4;
+}
+
 // Logical K column of half h of register i in k-step s of lane t's chunk c.
 int64_t source_col(int64_t c, int t, int s, int i, int h) {
   return c * kMmaChunkK + 16 * t + 4 * s + 2 * (i >> 1) + h;
@@ -25,8 +30,8 @@ int64_t source_col(int64_t c, int t, int s, int i, int h) {
 // Visits every code: fn(linear row, linear col, word index, register i, half h)
 // and every scale: gn(linear row, scale column, byte index).
 template <typename CodeFn, typename ScaleFn>
-void for_each_element(Projection p, int64_t hidden, int64_t inter, CodeFn&& fn, ScaleFn&& gn) {
-  const FragmentGeometry g = fragment_geometry(p, hidden, inter);
+void for_each_element(Projection p, int64_t hidden, int64_t inter, ExpertFormat f, CodeFn&& fn, ScaleFn&& gn) {
+  const FragmentGeometry g = fragment_geometry(p, hidden, inter, f);
   for (int64_t mt = 0; mt < g.m_tiles; ++mt)
     for (int64_t c = 0; c < g.k_chunks; ++c)
       for (int lane = 0; lane < 32; ++lane) {
@@ -36,8 +41,7 @@ void for_each_element(Projection p, int64_t hidden, int64_t inter, CodeFn&& fn, 
           for (int i = 0; i < 4; ++i)
             for (int h = 0; h < 2; ++h)
               fn(source_row(p, mt, gi + 8 * (i & 1), inter), source_col(c, t, s, i, h), word0 + s, i, h);
-        const int64_t sbyte = ((mt * (g.k_chunks / kMmaScaleChunks) + c / kMmaScaleChunks) * 32 + lane) * 4 +
-                              2 * (c % kMmaScaleChunks);
+        const int64_t sbyte = scale_byte(g, mt, c / kMmaScaleChunks, lane) + 2 * (c % kMmaScaleChunks);
         for (int r = 0; r < 2; ++r)
           gn(source_row(p, mt, gi + 8 * r, inter), 4 * c + t, sbyte + r);
       }
@@ -50,22 +54,22 @@ bool fragment_layout_fits(int64_t hidden, int64_t inter) {
   return hidden > 0 && inter > 0 && inter % 8 == 0 && hidden % k == 0 && inter % k == 0;
 }
 
-FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t inter) {
+FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t inter, ExpertFormat format) {
   NVFP4_CHECK(hidden > 0 && inter > 0 && inter % 8 == 0 && hidden % 16 == 0,
               "mma layout: H must be a positive multiple of 16 and I of 8, got H=", hidden, " I=", inter);
   const int64_t rows = p == Projection::GateUp ? 2 * inter : hidden;
   const int64_t k = p == Projection::GateUp ? hidden : inter;
   NVFP4_CHECK(k % (kMmaChunkK * kMmaScaleChunks) == 0, "mma layout: K (", p == Projection::GateUp ? "H" : "I",
               ") must be a multiple of ", kMmaChunkK * kMmaScaleChunks, ", got ", k);
-  return FragmentGeometry{rows / kMmaTileRows, k / kMmaChunkK};
+  return FragmentGeometry{rows / kMmaTileRows, k / kMmaChunkK, format == ExpertFormat::Mxfp4 ? 16 : 32};
 }
 
 void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden, int64_t inter,
-                      uint8_t* out_codes, uint8_t* out_scales) {
+                           uint8_t* out_codes, uint8_t* out_scales, ExpertFormat format) {
   // Word by word (the element-wise map of for_each_element, which
   // unpack_fragment_weights uses, is the reference; tests round-trip the two).
   const int64_t k = p == Projection::GateUp ? hidden : inter;
-  const FragmentGeometry g = fragment_geometry(p, hidden, inter);
+  const FragmentGeometry g = fragment_geometry(p, hidden, inter, format);
   uint32_t* words = reinterpret_cast<uint32_t*>(out_codes);  // little-endian host, as the device
   for (int64_t mt = 0; mt < g.m_tiles; ++mt)
     for (int gi = 0; gi < 8; ++gi) {
@@ -88,27 +92,34 @@ void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* sc
           }
         }
     }
-  // Scale word of lane (g, t) for chunks 2w, 2w + 1: byte 2j + r = row g + 8r, block 4(2w + j) + t.
+  // Scale word of lane (g, t) for chunks 2w, 2w + 1: byte 2j + r = row g + 8r, block 4(2w + j) + t
+  // (MXFP4: lanes t = 2u and 2u + 1 write the same word, with the same bytes).
+  const bool paired = g.scale_lanes != 32;
   for (int64_t mt = 0; mt < g.m_tiles; ++mt)
     for (int gi = 0; gi < 8; ++gi)
       for (int r = 0; r < 2; ++r) {
-        const uint8_t* row = scales + source_row(p, mt, gi + 8 * r, inter) * (k / 16);
+        const int64_t src_row = source_row(p, mt, gi + 8 * r, inter);
+        const uint8_t* row = scales + src_row * (k / 16);
         for (int64_t wi = 0; wi < g.k_chunks / kMmaScaleChunks; ++wi)
           for (int t = 0; t < 4; ++t)
-            for (int j = 0; j < kMmaScaleChunks; ++j)
-              out_scales[((mt * (g.k_chunks / kMmaScaleChunks) + wi) * 32 + gi * 4 + t) * 4 + 2 * j + r] =
-                  row[4 * (kMmaScaleChunks * wi + j) + t];
+            for (int j = 0; j < kMmaScaleChunks; ++j) {
+              const int64_t block = 4 * (kMmaScaleChunks * wi + j) + t;
+              NVFP4_CHECK(!paired || t % 2 == 0 || row[block] == row[block - 1], "fragment layout (MXFP4): row ",
+                          src_row, " blocks ", block - 1, " and ", block, " of one 32-column block carry bytes ",
+                          int(row[block - 1]), " and ", int(row[block]));
+              out_scales[scale_byte(g, mt, wi, gi * 4 + t) + 2 * j + r] = row[block];
+            }
       }
 }
 
 void unpack_fragment_weights(Projection p, const uint8_t* packed_codes, const uint8_t* packed_scales, int64_t hidden,
-                        int64_t inter, uint8_t* codes, uint8_t* scales) {
+                             int64_t inter, uint8_t* codes, uint8_t* scales, ExpertFormat format) {
   const int64_t k = p == Projection::GateUp ? hidden : inter;
   const int64_t rows = p == Projection::GateUp ? 2 * inter : hidden;
   std::memset(codes, 0, size_t(rows * k / 2));
   const uint32_t* words = reinterpret_cast<const uint32_t*>(packed_codes);
   for_each_element(
-      p, hidden, inter,
+      p, hidden, inter, format,
       [&](int64_t row, int64_t col, int64_t word, int i, int h) {
         const uint32_t w = words[word];
         const uint32_t c = ((w >> (kFragMagBit[i] + 16 * h)) & 7u) | (((w >> (kFragSignBit[i] + 16 * h)) & 1u) << 3);

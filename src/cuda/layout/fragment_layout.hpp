@@ -17,9 +17,12 @@
 //     a lane is mma k-step s of the chunk and holds the 8 codes of A fragment
 //     registers a0..a3 (rows g, g+8, g, g+8) for columns 16t + 4s + {0,1}
 //     (a0, a1) and 16t + 4s + {2,3} (a2, a3), at the bit positions below.
-//   scales: [expert][m_tiles][k_chunks / 2][32 lanes] x 4 bytes; byte 2j + r
-//     is the multiplier byte (scale_multiplier.hpp: NVFP4 and MXFP4 alike) of
-//     row g + 8r for chunk 2 * (index) + j, 16-column block 4c + t.
+//   scales: [expert][m_tiles][k_chunks / 2][scale_lanes] x 4 bytes; byte
+//     2j + r is the multiplier byte (scale_multiplier.hpp: NVFP4 and MXFP4
+//     alike) of row g + 8r for chunk 2 * (index) + j, 16-column block 4c + t.
+//     NVFP4: 32 words, one a lane. MXFP4: 16, one per lane pair (lane >> 1),
+//     since lanes t = 2u and 2u + 1 own the two halves of one 32-column
+//     block, whose byte they share: 4.25 bits a weight, as the checkpoint.
 //
 // The dot product is invariant under a permutation of K applied to both
 // operands, so assigning logical columns to mma k-slots this way is exact.
@@ -73,9 +76,12 @@ NVFP4_HD void unpack_fragment_word(uint32_t w, uint32_t (&out)[4]) {
 // Geometry of one projection in the fragment layout.
 struct FragmentGeometry {
   int64_t m_tiles = 0, k_chunks = 0;
+  int32_t scale_lanes = 32;  // scale words per (m-tile, word index): 32 NVFP4, 16 MXFP4
   int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * 32 * 16; }
-  int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * 32 * 4; }
+  int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * scale_lanes * 4; }
 };
+// The scale word of `lane` within its (m-tile, word index) row.
+NVFP4_HD int scale_word_of_lane(int scale_lanes, int lane) { return scale_lanes == 32 ? lane : lane >> 1; }
 // One projection's weights of all local experts in the fragment layout.
 struct FragmentWeights {
   const uint8_t* codes = nullptr;   // [E_local] x geometry.code_bytes_per_expert()
@@ -89,15 +95,21 @@ bool fragment_layout_fits(int64_t hidden, int64_t intermediate);
 
 // GateUp: M = 2I (I/8 m-tiles), K = H. Down: M = H, K = I. Throws unless the
 // rows fill whole m-tiles and K whole scale words (I % 8, K % 128).
-FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t intermediate);
+FragmentGeometry fragment_geometry(Projection p, int64_t hidden, int64_t intermediate,
+                                   ExpertFormat format = ExpertFormat::Nvfp4);
 
 // Linear bytes of ONE expert -> fragment layout. GateUp: codes [2I, H/2]
 // (gate rows then up rows), multiplier bytes [2I, H/16] (encode_weight_scales);
-// Down: codes [H, I/2], multiplier bytes [H, I/16]. A byte permutation.
+// Down: codes [H, I/2], multiplier bytes [H, I/16]. A byte permutation
+// (MXFP4: the two 16-column halves of each 32-column block must carry the
+// same multiplier byte, as encode_weight_scales writes them; they are
+// stored once).
 void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* scales, int64_t hidden,
-                      int64_t intermediate, uint8_t* out_codes, uint8_t* out_scales);
+                           int64_t intermediate, uint8_t* out_codes, uint8_t* out_scales,
+                           ExpertFormat format = ExpertFormat::Nvfp4);
 // The inverse (tests).
 void unpack_fragment_weights(Projection p, const uint8_t* packed_codes, const uint8_t* packed_scales,
-                        int64_t hidden, int64_t intermediate, uint8_t* codes, uint8_t* scales);
+                             int64_t hidden, int64_t intermediate, uint8_t* codes, uint8_t* scales,
+                             ExpertFormat format = ExpertFormat::Nvfp4);
 
 }  // namespace nvfp4moe::cuda

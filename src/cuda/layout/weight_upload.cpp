@@ -92,7 +92,8 @@ LinearExpertProjection LinearExperts::expert(int64_t e) const {
 void pack_fragment_expert(const LinearExpertProjection& w, uint8_t* out_codes, uint8_t* out_scales,
                           float* mx_factors) {
   const Encoded e = encode(w, mx_factors);
-  pack_fragment_weights(w.projection, e.codes.data(), e.mult.data(), w.hidden, w.inter, out_codes, out_scales);
+  pack_fragment_weights(w.projection, e.codes.data(), e.mult.data(), w.hidden, w.inter, out_codes, out_scales,
+                        w.format);
 }
 
 void pack_tile_expert(const LinearExpertProjection& w, uint8_t* out, float* mx_factors) {
@@ -104,7 +105,7 @@ FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vecto
   check_linear("upload_fragment_weights", w);
   resize_factors(w, mx_factors);
   FragmentWeightsDevice d;
-  d.geometry = fragment_geometry(w.projection, w.hidden, w.inter);
+  d.geometry = fragment_geometry(w.projection, w.hidden, w.inter, w.format);
   const int64_t per[2] = {d.geometry.code_bytes_per_expert(), d.geometry.scale_bytes_per_expert()};
   d.codes = DeviceBuffer<uint8_t>(size_t(w.count * per[0]));
   d.scales = DeviceBuffer<uint8_t>(size_t(w.count * per[1]));

@@ -186,11 +186,14 @@ TEST(ScaleMultiplier, Mxfp4PackUnpackRoundTripsBothLayouts) {
                                    .codes = codes.data(), .scales = scales.data()};
     const int64_t rows = gu ? 2 * I : H, k = gu ? H : I;
     float f[2] = {0, 0};
-    const auto fg = cuda::fragment_geometry(p, H, I);
+    const auto fg = cuda::fragment_geometry(p, H, I, ExpertFormat::Mxfp4);
+    // One multiplier byte per 32 weights on the device, as in the checkpoint: 4.25 bits a weight.
+    EXPECT_EQ(fg.scale_bytes_per_expert(), rows * k / 32);
+    EXPECT_EQ(fg.scale_bytes_per_expert() * 2, cuda::fragment_geometry(p, H, I).scale_bytes_per_expert());
     std::vector<uint8_t> pc(size_t(fg.code_bytes_per_expert())), ps(size_t(fg.scale_bytes_per_expert()));
     cuda::pack_fragment_expert(w, pc.data(), ps.data(), f);
     std::vector<uint8_t> uc(codes.size()), um(size_t(rows * k / 16)), us(scales.size());
-    cuda::unpack_fragment_weights(p, pc.data(), ps.data(), H, I, uc.data(), um.data());
+    cuda::unpack_fragment_weights(p, pc.data(), ps.data(), H, I, uc.data(), um.data(), ExpertFormat::Mxfp4);
     cuda::decode_weight_scales(ExpertFormat::Mxfp4, p, H, I, um.data(), f, us.data());
     EXPECT_BYTES_EQ(uc.data(), codes.data(), int64_t(codes.size()), "fragment layout codes");
     EXPECT_BYTES_EQ(us.data(), scales.data(), int64_t(scales.size()), "fragment layout scales");
@@ -204,6 +207,13 @@ TEST(ScaleMultiplier, Mxfp4PackUnpackRoundTripsBothLayouts) {
     cuda::decode_weight_scales(ExpertFormat::Mxfp4, p, H, I, tm.data(), ft, ts.data());
     EXPECT_BYTES_EQ(tc.data(), codes.data(), int64_t(codes.size()), "tile layout codes");
     EXPECT_BYTES_EQ(ts.data(), scales.data(), int64_t(scales.size()), "tile layout scales");
+
+    // The fragment layout stores a 32-column block's byte once: halves that differ are refused.
+    std::vector<uint8_t> mult = um;
+    mult[size_t(3 * (k / 16) + 5)] ^= 1;  // row 3, the second half of block 2
+    EXPECT_ERROR_CONTAINS(cuda::pack_fragment_weights(p, uc.data(), mult.data(), H, I, pc.data(), ps.data(),
+                                                      ExpertFormat::Mxfp4),
+                          "blocks 4 and 5");
   }
 }
 
