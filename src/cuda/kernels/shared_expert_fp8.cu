@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
 #include "cuda/kernels/split_k_arrival.cuh"
 #include "cuda/kernels/swiglu.cuh"
@@ -386,16 +387,8 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Proj
 
 template <int kNT, bool kSwiGlu>
 void launch_gemv(const Fp8Projection& p, cudaStream_t stream) {
-  cudaLaunchConfig_t lc{};
-  lc.gridDim = dim3(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
-  lc.blockDim = dim3(kThreads);
-  lc.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, shared_fp8_gemv_kernel<kNT, kSwiGlu>, p));
+  const dim3 grid(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
+  launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu>, grid, dim3(kThreads), 0, stream, true, p);
 }
 
 template <int kNT, bool kSwiGlu>

@@ -36,9 +36,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <utility>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/fp8_dequant.cuh"
 #include "cuda/kernels/shared_expert_fp8.hpp"
 #include "cuda/kernels/swiglu.cuh"
@@ -324,30 +324,12 @@ __global__ void permute_columns_kernel(const __nv_bfloat16* x, int64_t tokens, i
 
 constexpr int kWidths[kFp8WgmmaWidths] = {16, 32, 64, 128};
 
-// A launch for programmatic dependent launch: the kernel may start while the
-// previous one of the stream runs, and waits for it with griddep_wait.
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                      Args&&... args) {
-  cudaLaunchConfig_t lc{};
-  lc.gridDim = grid;
-  lc.blockDim = dim3(unsigned(threads));
-  lc.dynamicSmemBytes = smem;
-  lc.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...));
-}
-
 template <int kBlockN, int kTiles, bool kSwiGlu>
 void launch_tiles(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
   const int tiles = int(ceil_div(p.tokens, kBlockN));
   const int blocks = (kSwiGlu ? p.rows / 2 : p.rows) / (kSwiGlu ? 32 : 64);  // 64 weight rows a CTA
   launch_dependent(shared_fp8_wgmma_kernel<kBlockN, kTiles, kSwiGlu>, dim3(unsigned(tiles), unsigned(blocks)),
-                   kThreads, Ring<kBlockN, kTiles>::smem(), stream, p, map);
+                   dim3(kThreads), Ring<kBlockN, kTiles>::smem(), stream, true, p, map);
   NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_wgmma_kernel<gate/up>" : "shared_fp8_wgmma_kernel<down>");
 }
 
@@ -410,7 +392,7 @@ void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream) {
               "at least T tokens)");
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
   launch_dependent(permute_columns_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden, 256), 132 * 16))),
-                   256, 0, stream, a.x, a.tokens, H, a.x_perm);
+                   dim3(256), 0, stream, true, a.x, a.tokens, H, a.x_perm);
   NVFP4_CUDA_CHECK_LAUNCH("permute_columns_kernel");
   const WgmmaProjection gate_up{.tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
                                 .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/fragment_dequant.cuh"
 #include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
 #include "cuda/kernels/swiglu.cuh"
@@ -558,17 +559,8 @@ void launch(const GroupedGemmPlan& p, const FragmentWeights& w, WgmmaMaps maps, 
                                {uint64_t(p.ld_act) * 2}, {kMmaChunkK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
   const size_t smem = Smem<kBlockN>::bytes(p.local_experts);
   const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
-  cudaLaunchConfig_t lc{};
-  lc.gridDim = dim3(unsigned(grid));
-  lc.blockDim = dim3(kThreads);
-  lc.dynamicSmemBytes = smem;
-  lc.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  lc.attrs = &overlap;
-  lc.numAttrs = cfg.overlap_previous ? 1 : 0;
-  NVFP4_CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90_nvfp4_prefill_gemm_kernel<P, kBlockN>, p, w, maps, cfg.blocks));
+  launch_dependent(sm90_nvfp4_prefill_gemm_kernel<P, kBlockN>, dim3(unsigned(grid)), dim3(kThreads), smem, stream,
+                   cfg.overlap_previous, p, w, maps, cfg.blocks);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_prefill_gemm_kernel");
 }
 
