@@ -52,7 +52,7 @@ if has_step build; then
   targets="nvfp4moe nvfp4moe_gpu_tests nvfp4moe_cli"
   if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
-  if has_step shared; then targets="$targets nvfp4moe_shared_expert_bench"; fi
+  if has_step shared || [[ "${PROFILE_BENCH:-}" == shared ]]; then targets="$targets nvfp4moe_shared_expert_bench"; fi
   if has_step quantize; then targets="$targets nvfp4moe_quantize_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
@@ -214,17 +214,24 @@ fi
 # T=1 forward; PROFILE_KERNEL (regex), PROFILE_TOKENS and PROFILE_SKIP (launches
 # of that kernel to skip) pick another, e.g. the 64-wide wgmma launch of
 # ep8 T=512 with PROFILE_KERNEL=sm90_nvfp4_prefill_gemm_kernel PROFILE_SKIP=2.
+# PROFILE_BENCH=shared profiles the FP8 shared-expert bench instead (V4-Pro
+# first; e.g. PROFILE_KERNEL=shared_fp8_wgmma PROFILE_SKIP=2 PROFILE_TOKENS=64
+# is the gate/up kernel of its second timed forward).
 # The top instructions by stall samples with their opcodes. Not a default step.
 if has_step profile-decode; then
   PK="${PROFILE_KERNEL:-sm90_nvfp4_decode_gemm_kernel}"
   PT="${PROFILE_TOKENS:-1}"
+  if [[ "${PROFILE_BENCH:-layer}" == shared ]]; then
+    pcmd=("$BUILD/bench/nvfp4moe_shared_expert_bench" --tokens "$PT" --reps 3)
+  else
+    pcmd=("$BUILD/nvfp4moe" bench --workload ep8 --tokens "$PT" --iters 1 --warmup 0 --no-ceilings)
+  fi
   set +e
   timeout 200 ncu --clock-control none --kernel-name "regex:$PK" --launch-skip "${PROFILE_SKIP:-0}" --launch-count 1 \
     --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-    "$BUILD/nvfp4moe" bench --workload ep8 --tokens "$PT" --iters 1 --warmup 0 --no-ceilings \
-    > "$OUT/ncu_decode_source.csv" 2> "$OUT/ncu_decode_source.err"
+    "${pcmd[@]}" > "$OUT/ncu_decode_source.csv" 2> "$OUT/ncu_decode_source.err"
   set -e
-  note "profile-decode (ncu source view, $PK launch ${PROFILE_SKIP:-0}, ep8 T=$PT): top instructions by warp stall samples"
+  note "profile-decode (ncu source view, $PK launch ${PROFILE_SKIP:-0}, ${PROFILE_BENCH:-layer} T=$PT): top instructions by warp stall samples"
   python3 - "$OUT/ncu_decode_source.csv" <<'PY' | tee -a "$SUMMARY"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1], errors="replace"))]
