@@ -3,7 +3,7 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,shared,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,quantize-dir,shared,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
@@ -14,7 +14,8 @@
 #          (target nvfp4moe_convert_bench, device time per cast) -> $OUT/convert.log;
 #   quantize: `quantize --device cuda` of one BF16 DeepSeek-V4-Pro layer of 48
 #          experts against the read rate of its input (target
-#          nvfp4moe_quantize_bench) -> $OUT/quantize.log;
+#          nvfp4moe_quantize_bench) -> $OUT/quantize.log; quantize-dir: the
+#          same for a model directory of 4 such layers -> $OUT/quantize_dir.log;
 #   shared: the FP8 shared expert against its BF16 form, every path side by
 #          side (target nvfp4moe_shared_expert_bench) -> $OUT/shared_expert.md.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
@@ -53,7 +54,7 @@ if has_step build; then
   if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
   if has_step shared || [[ "${PROFILE_BENCH:-}" == shared ]]; then targets="$targets nvfp4moe_shared_expert_bench"; fi
-  if has_step quantize; then targets="$targets nvfp4moe_quantize_bench"; fi
+  if has_step quantize || has_step quantize-dir; then targets="$targets nvfp4moe_quantize_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
   rc=$?
@@ -172,10 +173,13 @@ bench_step() {
 }
 
 # Not default steps: the MXFP4 -> NVFP4 conversion of one layer on the GPU;
-# quantize --device cuda of one 6.3 GB BF16 layer (~1 minute); the FP8
+# quantize --device cuda of one 6.3 GB BF16 layer (~1 minute), and of a
+# model directory of four such shards (25 GB of input, 32 GB of disk with
+# the output; ~1 minute); the FP8
 # shared expert (V4-Pro and -Flash, T = 1 .. 2048; ~15 s).
 bench_step convert 300 convert.log "$BUILD/bench/nvfp4moe_convert_bench" 48 "${TMPDIR:-/tmp}"
 bench_step quantize 300 quantize.log "$BUILD/bench/nvfp4moe_quantize_bench" 48 "${TMPDIR:-/tmp}"
+bench_step quantize-dir 300 quantize_dir.log "$BUILD/bench/nvfp4moe_quantize_bench" 48 "${TMPDIR:-/tmp}" --shards 4
 bench_step shared 120 shared_expert.md "$BUILD/bench/nvfp4moe_shared_expert_bench" --reps 20 \
   --tokens 1,8,16,32,64,128,256,512,2048
 

@@ -4,7 +4,10 @@
 // the CLI itself (a child process, as a user runs it), and the same file
 // read once before into a buffer (the read rate the quantizer has to keep
 // up with; the file is in the page cache after it is written, so it is the
-// upper end of what a disk gives).
+// upper end of what a disk gives). With --shards N the input is a model
+// directory instead: N such layers (layers 0 .. N-1), one a shard, and
+// their model.safetensors.index.json, quantized as a whole checkpoint is
+// (the fixed costs of the command paid once over N x 6.3 GB).
 //
 // Prints the input size, its read rate, and per device the wall time of the
 // command and the rate of input it took in, then the command's own --timing
@@ -15,7 +18,8 @@
 // The scratch directory under DIR (default /tmp) is removed at the end.
 //
 // Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_quantize_bench.
-// Run: nvfp4moe_quantize_bench [experts] [DIR] [cpu]
+// Run: nvfp4moe_quantize_bench [experts] [DIR] [cpu] [--shards N]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -67,11 +71,20 @@ void print_timing_lines(const std::string& log) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t E = argc > 1 ? std::atoll(argv[1]) : 48, H = 7168, I = 3072;
-  const std::string parent = argc > 2 ? argv[2] : "/tmp";
-  const bool with_cpu = argc > 3 && std::string(argv[3]) == "cpu";
-  if (E < 1 || E > 384) {
-    std::fprintf(stderr, "nvfp4moe_quantize_bench: experts must be in [1, 384], got %lld\n", (long long)E);
+  std::vector<std::string> pos;
+  int64_t shards = 0;  // 0: one .safetensors file
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--shards" && i + 1 < argc)
+      shards = std::atoll(argv[++i]);
+    else
+      pos.push_back(argv[i]);
+  }
+  const int64_t E = pos.size() > 0 ? std::atoll(pos[0].c_str()) : 48, H = 7168, I = 3072;
+  const std::string parent = pos.size() > 1 ? pos[1] : "/tmp";
+  const bool with_cpu = pos.size() > 2 && pos[2] == "cpu";
+  if (E < 1 || E > 384 || shards < 0 || shards > 64) {
+    std::fprintf(stderr, "nvfp4moe_quantize_bench: experts must be in [1, 384] and --shards in [1, 64], got %lld and %lld\n",
+                 (long long)E, (long long)shards);
     return 2;
   }
   std::string tmpl = parent + "/nvfp4moe-quantize-bench-XXXXXX";
@@ -79,29 +92,59 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nvfp4moe_quantize_bench: cannot create a directory under %s\n", parent.c_str());
     return 1;
   }
-  const std::string dir = tmpl, in = dir + "/layer.safetensors";
+  const std::string dir = tmpl;
   std::mt19937_64 rng(1);
   const std::vector<Bf16> w13 = random_weights(rng, size_t(I * H)), w2 = random_weights(rng, size_t(H * I));
   auto t0 = std::chrono::steady_clock::now();
-  {
+  // Layer L's experts as one shard file.
+  auto write_layer = [&](int64_t L, const std::string& path, std::string* index_entries) {
     SafetensorsWriter w;
     for (int64_t e = 0; e < E; ++e) {
-      const std::string p = "layers.0.ffn.experts." + std::to_string(e) + ".";
-      w.add(p + "w1.weight", DType::BF16, {I, H}, w13.data());
-      w.add(p + "w3.weight", DType::BF16, {I, H}, w13.data());
-      w.add(p + "w2.weight", DType::BF16, {H, I}, w2.data());
+      const std::string p = "layers." + std::to_string(L) + ".ffn.experts." + std::to_string(e) + ".";
+      for (const char* proj : {"w1", "w3", "w2"}) {
+        const bool down = proj[1] == '2';
+        w.add(p + proj + ".weight", DType::BF16, {down ? H : I, down ? I : H}, down ? w2.data() : w13.data());
+        if (index_entries)
+          *index_entries += std::string(index_entries->empty() ? "" : ",\n") + "    \"" + p + proj +
+                            ".weight\": \"" + path.substr(path.find_last_of('/') + 1) + "\"";
+      }
     }
-    w.write(in);
+    w.write(path);
+  };
+  std::string in;
+  std::vector<std::string> inputs;  // the files the command reads
+  if (shards == 0) {
+    in = dir + "/layer.safetensors";
+    write_layer(0, in, nullptr);
+    inputs.push_back(in);
+  } else {
+    in = dir + "/model";
+    std::filesystem::create_directory(in);
+    std::string entries;
+    for (int64_t L = 0; L < shards; ++L) {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05lld-of-%05lld.safetensors", (long long)L + 1, (long long)shards);
+      inputs.push_back(in + "/" + name);
+      write_layer(L, inputs.back(), &entries);
+    }
+    std::ofstream(in + "/model.safetensors.index.json") << "{\n  \"metadata\": {},\n  \"weight_map\": {\n"
+                                                        << entries << "\n  }\n}\n";
   }
-  const double gb = double(std::filesystem::file_size(in)) / 1e9;
-  std::printf("one BF16 MoE layer, DeepSeek-V4-Pro geometry: H=%lld I=%lld, %lld experts, %.2f GB (written in %.1f s)\n",
-              (long long)H, (long long)I, (long long)E, gb, seconds_since(t0));
-  const double read = read_rate(in);
+  double bytes = 0;
+  for (const std::string& f : inputs) bytes += double(std::filesystem::file_size(f));
+  const double gb = bytes / 1e9;
+  std::printf("%lld BF16 MoE layer(s), DeepSeek-V4-Pro geometry: H=%lld I=%lld, %lld experts each, %s, %.2f GB "
+              "(written in %.1f s)\n",
+              (long long)std::max<int64_t>(shards, 1), (long long)H, (long long)I, (long long)E,
+              shards == 0 ? "one file" : "a model directory of one shard a layer", gb, seconds_since(t0));
+  double read_s = 0;  // the inputs read once, one after another
+  for (const std::string& f : inputs) read_s += double(std::filesystem::file_size(f)) / 1e9 / read_rate(f);
+  const double read = gb / read_s;
   std::printf("reading it: %.2f GB/s\n%-8s %10s %10s %12s\n", read, "device", "wall s", "GB/s in", "x read rate");
   int rc_all = 0;
   for (const char* device : {"cuda", "cpu"}) {
     if (std::string(device) == "cpu" && !with_cpu) continue;
-    const std::string out = dir + "/out-" + device + ".safetensors";
+    const std::string out = dir + "/out-" + device + (shards == 0 ? ".safetensors" : "");
     const std::string cmd = std::string(NVFP4MOE_CLI_PATH) + " quantize --in " + in + " --out " + out +
                             " --device " + device + " --timing > " + dir + "/log-" + device + " 2>&1";
     std::fflush(stdout);
@@ -118,7 +161,7 @@ int main(int argc, char** argv) {
     std::printf("%-8s %10.2f %10.2f %12.2f\n", device, wall, gb / wall, gb / wall / read);
     print_timing_lines(dir + "/log-" + device);
     std::fflush(stdout);
-    std::filesystem::remove(out);
+    std::filesystem::remove_all(out);
   }
   std::filesystem::remove_all(dir);
   return rc_all;
