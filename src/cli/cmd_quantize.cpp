@@ -85,19 +85,9 @@ class Progress {
   size_t total_ = 0, done_ = 0;
 };
 
-bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
-
 std::string base_name(const std::string& path) {
   auto s = path.find_last_of('/');
   return s == std::string::npos ? path : path.substr(s + 1);
-}
-
-bool ends_with_weight(const std::string& name) {
-  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // --timing: where the time went, on stderr, one "timing:" line per phase.

@@ -27,16 +27,6 @@ namespace nvfp4moe::cli {
 
 namespace {
 
-bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
-
-bool ends_with_weight(const std::string& name) {
-  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The routed-expert fields of a name, or nullopt. quantize matches names as
 // text (any length, any digits); a name whose index no loader could address
 // (out of range, a leading zero) is simply not an expert here.
@@ -221,6 +211,16 @@ std::unique_ptr<QuantizeEngine> make_quantize_engine(const std::string& device, 
 }
 
 // ---- the plan ------------------------------------------------------------------
+
+bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
+
+bool ends_with_weight(const std::string& name) {
+  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 bool QuantizePlan::quantized(const TensorInfo& t) const {
   return include_.search(t.name) && t.shape.size() == 2 && is_float_dtype(t.dtype);

@@ -14,6 +14,7 @@
 // with the rest.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -57,6 +58,12 @@ class QuantizeEngine {
   // The engine's own phases, lines of "timing: ..." ("" when it has none).
   virtual std::string timing() { return ""; }
 };
+
+// The float dtypes quantize reads (F32, BF16, F16, F64); whether a name ends
+// in ".weight"; milliseconds since t0.
+bool is_float_dtype(DType t);
+bool ends_with_weight(const std::string& name);
+double ms_since(std::chrono::steady_clock::time_point t0);
 
 // "cpu" or "cuda" (refused without a CUDA build or device); `timing` turns
 // on the device's event timing.
