@@ -161,22 +161,28 @@ float DeviceQuantizer::uploaded_amax(const std::string& name, int64_t numel) {
   return a;
 }
 
-void DeviceQuantizer::quantize_uploaded(int64_t N, int64_t K, float g) {
-  DeviceGuard guard(device_);
-  grow(codes_, size_t(N * K / 2));
-  grow(scales_, size_t(N * K / 16));
-  grow(g_rows_, size_t(N));
+void DeviceQuantizer::queue_quantization(const uint8_t* x, bool bf16, int64_t N, int64_t K, float g, uint8_t* codes,
+                                         uint8_t* scales) {
   QuantizeActArgs q;
-  q.x = x_.get();
-  q.x_is_bf16 = x_bf16_;
+  q.x = x;
+  q.x_is_bf16 = bf16;
   q.rows = N;
   q.cols = K;
   q.scope = ActScope::Static;
   q.static_g = g;
   q.g_out = g_rows_.get();
-  q.codes = codes_.get();
-  q.scales_linear = scales_.get();
-  timed(Span::Kernels, stream_.get(), [&] { stage_activations(q, stream_.get()); });
+  q.codes = codes;
+  q.scales_linear = scales;
+  stage_activations(q, stream_.get());
+}
+
+void DeviceQuantizer::quantize_uploaded(int64_t N, int64_t K, float g) {
+  DeviceGuard guard(device_);
+  grow(codes_, size_t(N * K / 2));
+  grow(scales_, size_t(N * K / 16));
+  grow(g_rows_, size_t(N));
+  timed(Span::Kernels, stream_.get(),
+        [&] { queue_quantization(x_.get(), x_bf16_, N, K, g, codes_.get(), scales_.get()); });
 }
 
 void DeviceQuantizer::download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K) {
@@ -195,21 +201,6 @@ float DeviceQuantizer::amax(const TensorInfo& t) {
   NVFP4_CHECK(t.shape.size() == 2, "tensor \"", t.name, "\": quantize takes 2-D tensors, got ", t.shape.size(), "-D");
   upload(t);
   return uploaded_amax(t.name, t.numel());
-}
-
-Nvfp4Matrix DeviceQuantizer::quantize(const TensorInfo& t, float g) {
-  NVFP4_CHECK(t.shape.size() == 2 && t.shape[1] % 16 == 0, "tensor \"", t.name, "\": quantize needs [N, K] with K a "
-              "multiple of 16");
-  amax(t);  // uploads t and refuses NaN / Inf, as the host quantizer does
-  const int64_t N = t.shape[0], K = t.shape[1];
-  quantize_uploaded(N, K, g);
-  Nvfp4Matrix m;
-  m.rows = N;
-  m.cols = K;
-  m.scope = ScaleScope::Static;
-  m.global_scale = {g};
-  download(m.codes, m.scales, N, K);
-  return m;
 }
 
 float DeviceQuantizer::amax(const Mxfp4WeightView& w) {
@@ -336,19 +327,9 @@ void DeviceQuantizer::quantize_group(int slot, float g) {
   for (const GroupTensor& t : s.tensors) rows = std::max(rows, t.rows);
   grow(g_rows_, size_t(rows));  // on stream_ like every kernel that writes it
   timed(Span::Kernels, stream_.get(), [&] {
-    for (size_t j = 0; j < s.tensors.size(); ++j) {
-      QuantizeActArgs q;
-      q.x = s.x.get() + s.x_at[j];
-      q.x_is_bf16 = s.tensors[j].bf16;
-      q.rows = s.tensors[j].rows;
-      q.cols = s.tensors[j].cols;
-      q.scope = ActScope::Static;
-      q.static_g = g;
-      q.g_out = g_rows_.get();
-      q.codes = s.codes.get() + s.codes_at[j];
-      q.scales_linear = s.scales.get() + s.scales_at[j];
-      stage_activations(q, stream_.get());
-    }
+    for (size_t j = 0; j < s.tensors.size(); ++j)
+      queue_quantization(s.x.get() + s.x_at[j], s.tensors[j].bf16, s.tensors[j].rows, s.tensors[j].cols, g,
+                         s.codes.get() + s.codes_at[j], s.scales.get() + s.scales_at[j]);
   });
   NVFP4_CUDA_CHECK(cudaEventRecord(s.quantized.get(), stream_.get()));
   NVFP4_CUDA_CHECK(cudaStreamWaitEvent(download_stream_.get(), s.quantized.get(), 0));

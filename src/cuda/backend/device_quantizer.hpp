@@ -48,11 +48,9 @@ class DeviceQuantizer {
   ~DeviceQuantizer();
 
   // max |x| of a 2-D float tensor (BF16, F16, F32 or F64); NaN or Inf is an
-  // error naming it.
+  // error naming it (a gate or up whose partner lies in another shard; the
+  // quantization itself goes through the groups below).
   float amax(const TensorInfo& t);
-  // Its codes [N, K/2] and linear UE4M3 scales [N, K/16] under g
-  // (global_scale holds g); K a multiple of 16, NaN or Inf an error.
-  Nvfp4Matrix quantize(const TensorInfo& t, float g);
 
   // An MXFP4 weight as read by read_mxfp4_weight (its scale bytes checked):
   // the functions of checkpoint/convert_expert.hpp, the same results.
@@ -105,6 +103,10 @@ class DeviceQuantizer {
   float uploaded_amax(const std::string& name, int64_t numel);
   // Queues the quantization of x_ [N, K] under g into codes_ / scales_.
   void quantize_uploaded(int64_t N, int64_t K, float g);
+  // Queues the quantization of x [N, K] (BF16 or F32) under g on stream_
+  // into codes [N, K/2] and linear scales [N, K/16]; g_rows_ holds N rows.
+  void queue_quantization(const uint8_t* x, bool bf16, int64_t N, int64_t K, float g, uint8_t* codes,
+                          uint8_t* scales);
   void download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K);
 
   int device_;
