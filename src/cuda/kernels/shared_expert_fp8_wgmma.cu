@@ -98,7 +98,7 @@ static_assert(Ring<16, kStageTiles<16>>::smem() <= 227 * 1024 && Ring<32, kStage
               "within the opt-in limit");
 
 struct WgmmaProjection {
-  int32_t tokens, K, rows, tiles_k;
+  int32_t tokens, rows, tiles_k;
   const uint8_t* w;     // fragment layout
   const float* scale;   // group scale table [rows / 8, tiles_k], powers of two 2^-117 .. 2^7
   bool has_limit;
@@ -394,11 +394,11 @@ void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream) {
   launch_dependent(permute_columns_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden, 256), 132 * 16))),
                    dim3(256), 0, stream, true, a.x, a.tokens, H, a.x_perm);
   NVFP4_CUDA_CHECK_LAUNCH("permute_columns_kernel");
-  const WgmmaProjection gate_up{.tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
+  const WgmmaProjection gate_up{.tokens = T, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
                                 .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
                                 .h = a.h, .out = nullptr};
   launch_width<true>(gate_up, a.wgmma_maps->x, stream);
-  const WgmmaProjection down{.tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
+  const WgmmaProjection down{.tokens = T, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
                              .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
                              .h = nullptr, .out = a.out};
   launch_width<false>(down, a.wgmma_maps->h, stream);
