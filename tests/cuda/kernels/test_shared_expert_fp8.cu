@@ -258,6 +258,33 @@ TEST(SharedFp8, OneHotTokensShowEveryWeight) {
   }
 }
 
+// The wgmma form keeps a CTA's tile factors in shared memory for K up to
+// 16384 (128 K tiles): one projection's K beyond it sends the layer to the
+// other forms, and forcing the wgmma form names the limit. Host logic only.
+TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
+  alignas(16) static uint8_t buffer[64];
+  Fp8WgmmaMaps maps;
+  maps.max_tokens = 64;
+  SharedFp8Args a;
+  a.x = a.h = a.x_perm = reinterpret_cast<__nv_bfloat16*>(buffer);
+  a.w13 = a.w2 = buffer;
+  a.tokens = 32;
+  a.scales_fold = true;
+  a.wgmma_maps = &maps;
+  a.path = Fp8SharedPath::Wgmma;
+  a.hidden = 16384;
+  a.inter = 16384;
+  EXPECT_TRUE(shared_fp8_wgmma_supports(a));
+  a.hidden = 16384 + 64;
+  EXPECT_FALSE(shared_fp8_wgmma_supports(a));
+  EXPECT_ERROR_CONTAINS(shared_expert_fp8_wgmma(a, nullptr), "H=16448", "up to 16384");
+  a.hidden = 7168;
+  a.inter = 16384 + 64;
+  EXPECT_FALSE(shared_fp8_wgmma_supports(a));
+  a.inter = 3072;
+  EXPECT_TRUE(shared_fp8_wgmma_supports(a));
+}
+
 TEST(SharedFp8, MatchesFp64OnRandomInputs) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
