@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nvfp4moe/types.hpp"
@@ -88,6 +89,31 @@ void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g
 void dequantize_rows(const uint8_t* codes, const uint8_t* scales, const float* g,
                      int64_t g_stride, int64_t rows, int64_t cols, Bf16* out);
 std::vector<float> dequantize(const Nvfp4Matrix& m);
+
+// ---- rows as E4M3 values times a power of two (docs/numerics.md §8) ----------
+// An FP8 tensor-core path (E4M3 x E4M3 products, FP32 sums) reproduces a
+// projection exactly when every row's dequantized weights are E4M3 values
+// times one power of two 2^r of that row. That holds when every block factor
+// that multiplies a nonzero code is a power of two (each MXFP4 scale; NVFP4
+// when e4m3(s) * g is, as ModelOpt's lossless MXFP4 cast makes both) and the row's nonzero magnitudes m * 2^e (m = 1 or 1.5) span at most
+// 17 binades: r = e_max - 8 puts the largest at 2^8 or 1.5 * 2^8 <= 448 and
+// keeps the smallest at least 2^-9 (m = 1) or 1.5 * 2^-8 (m = 1.5), the
+// smallest E4M3 multiples of those.
+struct E4m3RowShifts {
+  bool exact = true;
+  std::vector<int16_t> shift;  // r per row while exact (0 for an all-zero row)
+  int64_t row = -1;            // the first row that is not
+  std::string why;             // what breaks it there
+};
+// codes [rows, cols/2]; scales [rows, cols/block]: block 16 is NVFP4 (UE4M3
+// bytes, factor e4m3(s) * g[r * g_stride]), block 32 MXFP4 (UE8M0 bytes, g
+// unused). Stops at the first row that is not exact.
+E4m3RowShifts e4m3_row_shifts(const uint8_t* codes, const uint8_t* scales, int block, const float* g,
+                              int64_t g_stride, int64_t rows, int64_t cols);
+// Scalar reference: dequantizes each row in FP32 and round-trips every
+// nonzero value / 2^r through E4M3.
+E4m3RowShifts e4m3_row_shifts_ref(const uint8_t* codes, const uint8_t* scales, int block, const float* g,
+                                  int64_t g_stride, int64_t rows, int64_t cols);
 
 // ---- scale-factor layouts (docs/numerics.md §3) ------------------------------
 // Swizzled 128x4 (CUTLASS / vLLM scaled_fp4_quant / FlashInfer): rows padded to

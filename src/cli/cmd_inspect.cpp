@@ -1,5 +1,5 @@
 // `nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales]
-// [--headers-only]`: the tensors of a .safetensors file or model directory
+// [--headers-only] [--fp8-exact]`: the tensors of a .safetensors file or model directory
 // (dtype, shape, bytes), the quantization recognised per layer, for every
 // ModelOpt NVFP4 weight its global scale and the range of its decoded block
 // scales, the MoE config when config.json is there, and a summary of every
@@ -11,7 +11,12 @@
 // scales (summarize_moe_layers), and NVFP4 block scales only when they total
 // at most kBlockScaleBudget bytes or --block-scales asks. --headers-only reads
 // no tensor data at all; --summary leaves out the per-tensor lists.
+// --fp8-exact loads the routed experts of each loadable layer (or of --layer
+// L) and reports whether every row of their weights is E4M3 values times a
+// power of two (e4m3_row_shifts), the condition of an FP8 tensor-core path:
+// all of the experts' bytes are read, ~6 GB a DeepSeek-V4-Pro layer.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -158,6 +163,66 @@ void print_layers(const std::vector<MoeLayerSummary>& layers) {
   }
 }
 
+// Per layer: how many routed experts have every row of both projections as
+// E4M3 values times a power of two, the shifts, and the first that has not.
+struct Fp8ExactLayer {
+  std::string block;
+  int64_t experts = 0, exact = 0;
+  int shift_min = 0, shift_max = 0;
+  std::string first;  // "expert E w13: row R: ..." of the first expert that is not
+};
+
+void add_projection(const uint8_t* codes, const uint8_t* scales, int block, const std::vector<float>& g_rows,
+                    int64_t rows, int64_t cols, bool& exact, std::string& why, const char* name, int64_t expert,
+                    Fp8ExactLayer& out) {
+  if (!exact) return;
+  const E4m3RowShifts r = e4m3_row_shifts(codes, scales, block, g_rows.data(), 1, rows, cols);
+  if (!r.exact) {
+    exact = false;
+    why = "expert " + std::to_string(expert) + " " + name + ": " + r.why;
+    return;
+  }
+  for (const int16_t v : r.shift) {
+    out.shift_min = std::min(out.shift_min, int(v));
+    out.shift_max = std::max(out.shift_max, int(v));
+  }
+}
+
+Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
+  LoadOptions o;
+  o.mtp = s.mtp;
+  const MoeWeights w = load_moe_layer(dir, s.index, o);
+  const ExpertWeights& x = w.experts;
+  Fp8ExactLayer out;
+  out.block = s.block;
+  out.experts = x.count;
+  out.shift_min = INT32_MAX;
+  out.shift_max = INT32_MIN;
+  const int block = int(x.scale_block());
+  const bool mx = x.format == ExpertFormat::Mxfp4;
+  const int64_t H = x.hidden, I = x.intermediate;
+  for (int64_t e = 0; e < x.count; ++e) {
+    bool exact = true;
+    std::string why;
+    std::vector<float> g13(size_t(2 * I), 1.0f), g2(size_t(H), 1.0f);
+    if (!mx) {
+      std::fill(g13.begin(), g13.begin() + I, x.w13_global[size_t(2 * e)]);
+      std::fill(g13.begin() + I, g13.end(), x.w13_global[size_t(2 * e + 1)]);
+      std::fill(g2.begin(), g2.end(), x.w2_global[size_t(e)]);
+    }
+    add_projection(x.w13_codes.data() + e * 2 * I * (H / 2), x.w13_scales.data() + e * 2 * I * (H / block), block,
+                   g13, 2 * I, H, exact, why, "w13", x.first_expert + e, out);
+    add_projection(x.w2_codes.data() + e * H * (I / 2), x.w2_scales.data() + e * H * (I / block), block, g2, H, I,
+                   exact, why, "w2", x.first_expert + e, out);
+    if (exact)
+      ++out.exact;
+    else if (out.first.empty())
+      out.first = why;
+  }
+  if (out.shift_min > out.shift_max) out.shift_min = out.shift_max = 0;
+  return out;
+}
+
 struct Inspection {
   std::vector<std::string> names;
   std::vector<Nvfp4Info> nvfp4;
@@ -167,6 +232,7 @@ struct Inspection {
   std::optional<MoeConfig> moe;
   std::string moe_error;
   std::vector<MoeLayerSummary> layers;
+  std::vector<Fp8ExactLayer> fp8_exact;  // --fp8-exact
 };
 
 Inspection inspect(const ModelDir& dir, const Args& args) {
@@ -203,6 +269,9 @@ Inspection inspect(const ModelDir& dir, const Args& args) {
     }
   }
   r.layers = summarize_moe_layers(dir, !headers_only);
+  if (args.has("fp8-exact"))
+    for (const MoeLayerSummary& s : r.layers)
+      if (s.loadable && (layer < 0 || (s.index == layer && !s.mtp))) r.fp8_exact.push_back(fp8_exact_layer(dir, s));
   return r;
 }
 
@@ -254,6 +323,19 @@ void print_json(const ModelDir& dir, const Inspection& r, bool summary) {
   Value moe_layers = Value::array();
   for (const auto& s : r.layers) moe_layers.push(layer_value(s));
   root.set("moe_layers", std::move(moe_layers));
+  if (!r.fp8_exact.empty()) {
+    Value f = Value::array();
+    for (const Fp8ExactLayer& l : r.fp8_exact) {
+      Value v = Value::object({{"block", Value::string(l.block)},
+                               {"experts", Value::integer(l.experts)},
+                               {"exact_experts", Value::integer(l.exact)},
+                               {"shift_min", Value::integer(l.shift_min)},
+                               {"shift_max", Value::integer(l.shift_max)}});
+      if (!l.first.empty()) v.set("first_inexact", Value::string(l.first));
+      f.push(std::move(v));
+    }
+    root.set("fp8_exact", std::move(f));
+  }
   std::printf("%s\n", json::dump(root, 2).c_str());
 }
 
@@ -298,6 +380,15 @@ void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
     std::printf("MoE config: not readable: %s\n", r.moe_error.c_str());
   }
   if (!r.layers.empty()) print_layers(r.layers);
+  if (!r.fp8_exact.empty()) {
+    std::printf("routed experts as E4M3 x 2^r per row (an FP8 tensor-core path's condition):\n");
+    for (const Fp8ExactLayer& l : r.fp8_exact) {
+      std::printf("  %-16s %lld of %lld experts exact", l.block.c_str(), (long long)l.exact, (long long)l.experts);
+      if (l.exact > 0) std::printf(", shifts r %d..%d", l.shift_min, l.shift_max);
+      std::printf("\n");
+      if (!l.first.empty()) std::printf("    first that is not: %s\n", l.first.c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -305,15 +396,18 @@ void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
 int cmd_inspect(int argc, char** argv) {
   const Args args(argc, argv,
                   {flag("json"), flag("help"), flag("summary"), flag("block-scales"), flag("headers-only"),
-                   integer("layer", 0, kMaxLayer)},
+                   flag("fp8-exact"), integer("layer", 0, kMaxLayer)},
                   1);
   if (args.has("help") || args.positional().empty()) {
     std::fprintf(args.has("help") ? stdout : stderr,
                  "usage: nvfp4moe inspect PATH [--json] [--layer L] [--summary] [--block-scales] [--headers-only]\n"
+                 "                        [--fp8-exact]\n"
                  "  PATH: a .safetensors file or a model directory (sharded too, either layout).\n"
                  "  --summary: leave out the per-tensor and per-weight lists (whole models).\n"
                  "  --block-scales: read NVFP4 block scales even beyond 256 MB of them.\n"
-                 "  --headers-only: read no tensor data (no scale values or ranges).\n");
+                 "  --headers-only: read no tensor data (no scale values or ranges).\n"
+                 "  --fp8-exact: load each MoE layer's routed experts (or --layer L's) and report whether\n"
+                 "    every weight row is E4M3 values times a power of two (reads all their bytes).\n");
     return args.has("help") ? 0 : 2;
   }
   const ModelDir dir(args.positional()[0]);

@@ -176,6 +176,41 @@ TEST(Convert, InputScalesFromCalibrationAmaxes) {
   EXPECT_EQ(out.get("layers.0.ffn.experts.1.w2.weight").dtype, DType::U8);
 }
 
+// The lossless cast keeps the values, and makes every block factor a power
+// of two: rows that are E4M3 values times 2^r as MXFP4 stay so as NVFP4, with
+// the same shifts; ModelOpt's amax quantization does not keep that.
+TEST(Convert, LosslessCastKeepsRowsE4m3TimesAPowerOfTwo) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  ScratchDir d;
+  const Release r = make_release(rng, 4);
+  write_release(r, d / "in");
+  ConvertOptions lossless;
+  lossless.lossless = true;
+  convert_mxfp4_to_nvfp4(d / "in", d / "lossless", lossless);
+  convert_mxfp4_to_nvfp4(d / "in", d / "amax", ConvertOptions{});
+  const ModelDir out(d / "lossless"), amax(d / "amax");
+  auto nvfp4_shifts = [](const ModelDir& dir, const std::string& path, int64_t rows, int64_t cols) {
+    const float g = dir.get(path + ".weight_scale_2").to_f32()[0];
+    return e4m3_row_shifts(dir.get(path + ".weight").data, dir.get(path + ".weight_scale").data, 16, &g, 0, rows, cols);
+  };
+  int amax_inexact = 0;
+  for (int64_t e = 0; e < kE; ++e)
+    for (const char* p : {"w1", "w3", "w2"}) {
+      const std::string path = "layers.0.ffn.experts." + std::to_string(e) + "." + p;
+      SCOPED_TRACE(path);
+      const Mxfp4Matrix& m = r.weights.at(path);
+      const E4m3RowShifts want = e4m3_row_shifts(m.codes.data(), m.scales.data(), 32, nullptr, 0, m.rows, m.cols);
+      ASSERT_TRUE(want.exact) << want.why;  // scale exponents within 4 binades
+      const E4m3RowShifts got = nvfp4_shifts(out, path, m.rows, m.cols);
+      ASSERT_TRUE(got.exact) << got.why;
+      EXPECT_EQ(got.shift, want.shift);
+      amax_inexact += !nvfp4_shifts(amax, path, m.rows, m.cols).exact;
+    }
+  EXPECT_GT(amax_inexact, 0);
+}
+
 TEST(Convert, CommandLineWritesProgressAndRefusesOtherTargets) {
   test::Rng rng(5);
   ScratchDir d;

@@ -2,7 +2,9 @@
 // layout, the official MXFP4 tensors) loads byte for byte, runs on the CPU in
 // DeepSeek's fp8 mode by default and in bf16 on request, close to the FP64
 // evaluation, and through `nvfp4moe run --mtp [--act]`; a Hugging Face layer
-// whose experts are MXFP4 loads too; inspect calls such blocks loadable.
+// whose experts are MXFP4 loads too; inspect calls such blocks loadable, and
+// `inspect --fp8-exact` counts the experts whose rows are E4M3 values times a
+// power of two as the reference check does.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +12,8 @@
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/model_fixture.hpp"
+#include "common/json.hpp"
+#include "nvfp4moe/format.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "support/moe_reference_f64.hpp"
 #include "support/test_util.hpp"
@@ -149,6 +153,82 @@ TEST_F(Mxfp4Mtp, HuggingFaceLayerWithMxfp4ExpertsLoads) {
       EXPECT_NE(s.problems[0].find("down_proj.scale\": shape [256, 10], expected [256, 5]"), std::string::npos)
           << s.problems[0];
     }
+}
+
+// Experts of a loaded layer whose two projections pass the reference check.
+int64_t reference_exact_experts(const ExpertWeights& x) {
+  const int block = int(x.scale_block());
+  const int64_t H = x.hidden, I = x.intermediate;
+  int64_t n = 0;
+  for (int64_t e = 0; e < x.count; ++e) {
+    std::vector<float> g13(size_t(2 * I), 1.0f), g2(size_t(H), 1.0f);
+    if (x.format == ExpertFormat::Nvfp4) {
+      for (int64_t r = 0; r < 2 * I; ++r) g13[size_t(r)] = x.w13_global[size_t(2 * e + (r >= I ? 1 : 0))];
+      for (auto& v : g2) v = x.w2_global[size_t(e)];
+    }
+    const bool w13 = e4m3_row_shifts_ref(x.w13_codes.data() + e * 2 * I * (H / 2),
+                                         x.w13_scales.data() + e * 2 * I * (H / block), block, g13.data(), 1, 2 * I, H)
+                         .exact;
+    const bool w2 = e4m3_row_shifts_ref(x.w2_codes.data() + e * H * (I / 2), x.w2_scales.data() + e * H * (I / block),
+                                        block, g2.data(), 1, H, I)
+                        .exact;
+    n += w13 && w2;
+  }
+  return n;
+}
+
+TEST_F(Mxfp4Mtp, InspectFp8ExactCountsExpertsAsTheReferenceDoes) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  // MTP expert 0 with every scale 2^0: exact whatever its codes; expert 1
+  // with one row spanning 2^-30 .. 2^20: not.
+  for (const char* p : {"w1", "w3", "w2"}) {
+    const bool down = std::string(p) == "w2";
+    const int64_t rows = down ? 256 : 160, blocks = down ? 5 : 8;
+    test::replace_in_model(a(), std::string("mtp.0.ffn.experts.0.") + p + ".scale", DType::F8E8M0, {rows, blocks},
+                           std::vector<uint8_t>(size_t(rows * blocks), 127));
+  }
+  std::vector<uint8_t> s1(size_t(256 * 5), 127);
+  s1[0] = 127 + 20;
+  s1[1] = 127 - 30;
+  test::replace_in_model(a(), "mtp.0.ffn.experts.1.w2.scale", DType::F8E8M0, {256, 5}, s1);
+  std::vector<uint8_t> c1 = model_.mtp_experts[1][2].codes;  // [256, 80]: nonzero codes in row 0's blocks 0 and 1
+  c1[0] = 0x22;
+  c1[16] = 0x22;
+  test::replace_in_model(a(), "mtp.0.ffn.experts.1.w2.weight", DType::I8, {256, 80}, c1);
+
+  const test::ToolRun r = test::run_tool("inspect " + a() + " --summary --json --fp8-exact");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json::Value v = json::parse(r.out);
+  ASSERT_NE(v.find("fp8_exact"), nullptr) << r.out;
+  const ModelDir d(a());
+  int checked = 0;
+  for (const MoeLayerSummary& s : summarize_moe_layers(d)) {
+    if (!s.loadable) continue;
+    const MoeWeights w = load_moe_layer(d, s.index, LoadOptions{.mtp = s.mtp});
+    const json::Value* entry = nullptr;
+    for (const json::Value& e : v.find("fp8_exact")->items())
+      if (e.find("block")->as_string() == s.block) entry = &e;
+    ASSERT_NE(entry, nullptr) << s.block;
+    const int64_t want = reference_exact_experts(w.experts);
+    EXPECT_EQ(entry->find("experts")->as_int(), w.experts.count) << s.block;
+    EXPECT_EQ(entry->find("exact_experts")->as_int(), want) << s.block;
+    if (s.mtp) {
+      EXPECT_GE(want, 1);  // expert 0
+      EXPECT_LT(want, w.experts.count);  // expert 1
+      EXPECT_NE(entry->find("first_inexact")->as_string().find("binades"), std::string::npos);
+    } else {
+      // NVFP4 experts quantized from random weights: block scales that are not powers of two.
+      EXPECT_EQ(want, 0) << s.block;
+      EXPECT_NE(entry->find("first_inexact")->as_string().find("not a power of two"), std::string::npos);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+  // The text form names the MTP block's count.
+  const test::ToolRun t = test::run_tool("inspect " + a() + " --summary --fp8-exact");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("an FP8 tensor-core path's condition"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("mtp.0"), std::string::npos);
 }
 
 }  // namespace
