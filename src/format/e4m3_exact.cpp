@@ -5,6 +5,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "format/mxfp4_codec.hpp"
 #include "format/nvfp4_codec.hpp"
@@ -64,6 +66,15 @@ std::string too_wide(int64_t r, int top, int bottom) {
   return buf;
 }
 
+// The answer for a row that is not exact: no shifts, the row and why.
+E4m3RowShifts not_exact(int64_t r, std::string why) {
+  E4m3RowShifts out;
+  out.exact = false;
+  out.row = r;
+  out.why = std::move(why);
+  return out;
+}
+
 }  // namespace
 
 E4m3RowShifts e4m3_row_shifts(const uint8_t* codes, const uint8_t* scales, int block, const float* g,
@@ -91,11 +102,7 @@ E4m3RowShifts e4m3_row_shifts(const uint8_t* codes, const uint8_t* scales, int b
         const float f = block_factor(scales, block, g, g_stride, r, b, blocks);
         if (f == 0.0f) continue;  // a zero factor: zero weights
         if (!power_of_two(f, s)) {
-          out.exact = false;
-          out.row = r;
-          out.why = not_power_of_two(r, b, block, byte, f);
-          out.shift.clear();
-          return out;
+          return not_exact(r, not_power_of_two(r, b, block, byte, f));
         }
       }
       top = std::max(top, hi + s);
@@ -106,11 +113,7 @@ E4m3RowShifts e4m3_row_shifts(const uint8_t* codes, const uint8_t* scales, int b
     // exact subnormal FP32 (down to 2^-149); below that they are not these
     // magnitudes at all.
     if (top - bottom > kMaxSpan || bottom < -148) {
-      out.exact = false;
-      out.row = r;
-      out.why = too_wide(r, top, bottom);
-      out.shift.clear();
-      return out;
+      return not_exact(r, too_wide(r, top, bottom));
     }
     out.shift[size_t(r)] = int16_t(top - kTopExponent);
   }
@@ -134,11 +137,7 @@ E4m3RowShifts e4m3_row_shifts_ref(const uint8_t* codes, const uint8_t* scales, i
       if (v[size_t(i)] == 0.0f) continue;
       int e = 0;
       if (factor != 0.0f && !power_of_two(factor, e)) {
-        out.exact = false;
-        out.row = r;
-        out.why = not_power_of_two(r, i / block, block, scales[r * blocks + i / block], factor);
-        out.shift.clear();
-        return out;
+        return not_exact(r, not_power_of_two(r, i / block, block, scales[r * blocks + i / block], factor));
       }
       int k = 0;
       std::frexp(v[size_t(i)], &k);
@@ -149,14 +148,10 @@ E4m3RowShifts e4m3_row_shifts_ref(const uint8_t* codes, const uint8_t* scales, i
     for (int64_t i = 0; i < cols; ++i) {
       const float w = std::ldexp(v[size_t(i)], -shift);
       if (fmt::e4m3_value(fmt::e4m3_from_float(w)) != w) {
-        out.exact = false;
-        out.row = r;
         char buf[160];
         std::snprintf(buf, sizeof buf, "row %lld, column %lld: %g / 2^%d is not an E4M3 value", (long long)r,
                       (long long)i, double(v[size_t(i)]), shift);
-        out.why = buf;
-        out.shift.clear();
-        return out;
+        return not_exact(r, buf);
       }
     }
     out.shift[size_t(r)] = int16_t(shift);
