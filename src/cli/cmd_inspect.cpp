@@ -16,7 +16,6 @@
 // power of two (e4m3_row_shifts), the condition of an FP8 tensor-core path:
 // all of the experts' bytes are read, ~6 GB a DeepSeek-V4-Pro layer.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -169,24 +168,8 @@ struct Fp8ExactLayer {
   std::string block;
   int64_t experts = 0, exact = 0;
   int shift_min = 0, shift_max = 0;
-  std::string first;  // "expert E w13: row R: ..." of the first expert that is not
+  std::string first;  // "expert E w3: row R: ..." of the first expert that is not
 };
-
-void add_projection(const uint8_t* codes, const uint8_t* scales, int block, const std::vector<float>& g_rows,
-                    int64_t rows, int64_t cols, bool& exact, std::string& why, const char* name, int64_t expert,
-                    Fp8ExactLayer& out) {
-  if (!exact) return;
-  const E4m3RowShifts r = e4m3_row_shifts(codes, scales, block, g_rows.data(), 1, rows, cols);
-  if (!r.exact) {
-    exact = false;
-    why = "expert " + std::to_string(expert) + " " + name + ": " + r.why;
-    return;
-  }
-  for (const int16_t v : r.shift) {
-    out.shift_min = std::min(out.shift_min, int(v));
-    out.shift_max = std::max(out.shift_max, int(v));
-  }
-}
 
 Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
   LoadOptions o;
@@ -196,30 +179,37 @@ Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
   Fp8ExactLayer out;
   out.block = s.block;
   out.experts = x.count;
-  out.shift_min = INT32_MAX;
-  out.shift_max = INT32_MIN;
   const int block = int(x.scale_block());
   const bool mx = x.format == ExpertFormat::Mxfp4;
   const int64_t H = x.hidden, I = x.intermediate;
-  for (int64_t e = 0; e < x.count; ++e) {
-    bool exact = true;
-    std::string why;
-    std::vector<float> g13(size_t(2 * I), 1.0f), g2(size_t(H), 1.0f);
-    if (!mx) {
-      std::fill(g13.begin(), g13.begin() + I, x.w13_global[size_t(2 * e)]);
-      std::fill(g13.begin() + I, g13.end(), x.w13_global[size_t(2 * e + 1)]);
-      std::fill(g2.begin(), g2.end(), x.w2_global[size_t(e)]);
+  bool any_shift = false;
+  // Rows of one projection of expert e (its w1, w3 or w2, one g each):
+  // their shifts into the range, or the reason the expert is not exact.
+  auto check = [&](const char* name, int64_t e, const uint8_t* codes, const uint8_t* scales, const float* g,
+                   int64_t rows, int64_t cols) {
+    const E4m3RowShifts r = e4m3_row_shifts(codes, scales, block, mx ? nullptr : g, 0, rows, cols);
+    if (!r.exact) return "expert " + std::to_string(x.first_expert + e) + " " + name + ": " + r.why;
+    for (const int16_t v : r.shift) {
+      out.shift_min = any_shift ? std::min(out.shift_min, int(v)) : int(v);
+      out.shift_max = any_shift ? std::max(out.shift_max, int(v)) : int(v);
+      any_shift = true;
     }
-    add_projection(x.w13_codes.data() + e * 2 * I * (H / 2), x.w13_scales.data() + e * 2 * I * (H / block), block,
-                   g13, 2 * I, H, exact, why, "w13", x.first_expert + e, out);
-    add_projection(x.w2_codes.data() + e * H * (I / 2), x.w2_scales.data() + e * H * (I / block), block, g2, H, I,
-                   exact, why, "w2", x.first_expert + e, out);
-    if (exact)
+    return std::string();
+  };
+  for (int64_t e = 0; e < x.count; ++e) {
+    const uint8_t* c13 = x.w13_codes.data() + e * 2 * I * (H / 2);
+    const uint8_t* s13 = x.w13_scales.data() + e * 2 * I * (H / block);
+    const float* g13 = mx ? nullptr : &x.w13_global[size_t(2 * e)];
+    std::string why = check("w1", e, c13, s13, g13, I, H);
+    if (why.empty()) why = check("w3", e, c13 + I * (H / 2), s13 + I * (H / block), mx ? nullptr : g13 + 1, I, H);
+    if (why.empty())
+      why = check("w2", e, x.w2_codes.data() + e * H * (I / 2), x.w2_scales.data() + e * H * (I / block),
+                  mx ? nullptr : &x.w2_global[size_t(e)], H, I);
+    if (why.empty())
       ++out.exact;
     else if (out.first.empty())
       out.first = why;
   }
-  if (out.shift_min > out.shift_max) out.shift_min = out.shift_max = 0;
   return out;
 }
 
