@@ -89,6 +89,9 @@ TEST(E4m3RowShifts, Nvfp4FactorsMustBePowersOfTwo) {
   EXPECT_EQ(r.row, 0);
   EXPECT_ERROR_CONTAINS(e4m3_row_shifts(codes.data(), scales.data(), 24, g.data(), 1, 2, 32), "16 (NVFP4) or 32");
   EXPECT_ERROR_CONTAINS(e4m3_row_shifts(codes.data(), scales.data(), 16, g.data(), 1, 2, 40), "multiple of 16");
+  EXPECT_ERROR_CONTAINS(e4m3_row_shifts(codes.data(), scales.data(), 16, nullptr, 0, 2, 32), "need their global scales");
+  EXPECT_ERROR_CONTAINS(e4m3_row_shifts(nullptr, scales.data(), 32, nullptr, 0, 1, 32), "codes or scales are null");
+  EXPECT_ERROR_CONTAINS(e4m3_row_shifts_ref(codes.data(), scales.data(), 16, nullptr, 0, 2, 32), "need their global scales");
 }
 
 // Random rows whose scale exponents spread around the limit: the structural
