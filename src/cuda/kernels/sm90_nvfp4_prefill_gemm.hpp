@@ -28,6 +28,16 @@
 //     SwiGLU or the routing weight, and stores like the other kernels.
 // The work list is built in the kernel from plan.offsets (experts x m-blocks
 // x token blocks), so no host synchronisation and no extra launch.
+//
+// The FP8 form (Operand::Fp8, plan.act_fp8 set; layout/fp8_operand.hpp): for
+// weights whose rows are E4M3 values times a power of two (w.fp8_rows) and
+// the `fp8` activation mode. The same pipeline with 8 m-tiles a CTA (one m64
+// tile per consumer warpgroup), the operand E4M3 rows (one 128-byte swizzle
+// row per position and stage) and their per-128-column scales in the ring,
+// the A fragments converted to E4M3 in registers (fragment_dequant.cuh),
+// wgmma.m64nNk32 E4M3 x E4M3 into a partial sum per stage, and acc += part *
+// scale in FP32 per position (the promotion); the epilogue applies g_w * 2^E
+// of each row.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,6 +79,11 @@ constexpr int wgmma_tile_width(int rows) { return (rows + 31) / 32 * 32; }
 //     switch widths per tile: the 128-wide accumulators leave ptxas no
 //     registers for a second wgmma shape, and it serialises them.
 enum class TokenBlocks : int32_t { All, Split };
+
+// The operand form of a launch: BF16 rows (plan.act, BF16 wgmma) or E4M3
+// rows (plan.act_fp8, FP8 wgmma).
+enum class Operand : uint8_t { Bf16, Fp8 };
+inline Operand prefill_operand(const GroupedGemmPlan& p) { return p.act_fp8 ? Operand::Fp8 : Operand::Bf16; }
 
 struct Sm90PrefillGemmConfig {
   int block_n = 128;  // token positions per tile: one of kWgmmaWidths

@@ -10,13 +10,6 @@ namespace nvfp4moe::cuda {
 
 namespace {
 
-// Linear weight row of row r (0..15) of m-tile mt.
-int64_t source_row(Projection p, int64_t mt, int r, int64_t inter) {
-  if (p == Projection::Down) return mt * kMmaTileRows + r;
-  const int64_t i = mt * 8 + (r % 8);
-  return r < 8 ? i : inter + i;
-}
-
 // Byte 0 of lane's scale word `word` of m-tile mt.
 int64_t scale_byte(const FragmentGeometry& g, int64_t mt, int64_t word, int lane) {
   return ((mt * (g.k_chunks / kMmaScaleChunks) + word) * g.scale_lanes + scale_word_of_lane(g.scale_lanes, lane)) * 4;
@@ -40,14 +33,20 @@ void for_each_element(Projection p, int64_t hidden, int64_t inter, ExpertFormat 
         for (int s = 0; s < 4; ++s)
           for (int i = 0; i < 4; ++i)
             for (int h = 0; h < 2; ++h)
-              fn(source_row(p, mt, gi + 8 * (i & 1), inter), source_col(c, t, s, i, h), word0 + s, i, h);
+              fn(fragment_source_row(p, mt, gi + 8 * (i & 1), inter), source_col(c, t, s, i, h), word0 + s, i, h);
         const int64_t sbyte = scale_byte(g, mt, c / kMmaScaleChunks, lane) + 2 * (c % kMmaScaleChunks);
         for (int r = 0; r < 2; ++r)
-          gn(source_row(p, mt, gi + 8 * r, inter), 4 * c + t, sbyte + r);
+          gn(fragment_source_row(p, mt, gi + 8 * r, inter), 4 * c + t, sbyte + r);
       }
 }
 
 }  // namespace
+
+int64_t fragment_source_row(Projection p, int64_t mt, int r, int64_t inter) {
+  if (p == Projection::Down) return mt * kMmaTileRows + r;
+  const int64_t i = mt * 8 + (r % 8);
+  return r < 8 ? i : inter + i;
+}
 
 bool fragment_layout_fits(int64_t hidden, int64_t inter) {
   const int64_t k = kMmaChunkK * kMmaScaleChunks;
@@ -73,8 +72,8 @@ void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* sc
   uint32_t* words = reinterpret_cast<uint32_t*>(out_codes);  // little-endian host, as the device
   for (int64_t mt = 0; mt < g.m_tiles; ++mt)
     for (int gi = 0; gi < 8; ++gi) {
-      const uint8_t* row_lo = codes + source_row(p, mt, gi, inter) * (k / 2);      // row g
-      const uint8_t* row_hi = codes + source_row(p, mt, gi + 8, inter) * (k / 2);  // row g + 8
+      const uint8_t* row_lo = codes + fragment_source_row(p, mt, gi, inter) * (k / 2);      // row g
+      const uint8_t* row_hi = codes + fragment_source_row(p, mt, gi + 8, inter) * (k / 2);  // row g + 8
       for (int64_t c = 0; c < g.k_chunks; ++c)
         for (int t = 0; t < 4; ++t) {
           uint32_t* w = words + ((mt * g.k_chunks + c) * 32 + gi * 4 + t) * 4;
@@ -98,7 +97,7 @@ void pack_fragment_weights(Projection p, const uint8_t* codes, const uint8_t* sc
   for (int64_t mt = 0; mt < g.m_tiles; ++mt)
     for (int gi = 0; gi < 8; ++gi)
       for (int r = 0; r < 2; ++r) {
-        const int64_t src_row = source_row(p, mt, gi + 8 * r, inter);
+        const int64_t src_row = fragment_source_row(p, mt, gi + 8 * r, inter);
         const uint8_t* row = scales + src_row * (k / 16);
         for (int64_t wi = 0; wi < g.k_chunks / kMmaScaleChunks; ++wi)
           for (int t = 0; t < 4; ++t)

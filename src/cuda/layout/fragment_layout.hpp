@@ -87,7 +87,14 @@ struct FragmentWeights {
   const uint8_t* codes = nullptr;   // [E_local] x geometry.code_bytes_per_expert()
   const uint8_t* scales = nullptr;  // [E_local] x geometry.scale_bytes_per_expert()
   FragmentGeometry geometry;
+  // The FP8 form's row exponents ([E_local][m_tiles * 16] in fragment row
+  // order, fp8_operand.hpp), or null when these weights have none.
+  const int8_t* fp8_rows = nullptr;
 };
+
+// Linear weight row of row r (0..15) of m-tile mt (GateUp: gate rows then
+// up rows, I = intermediate).
+int64_t fragment_source_row(Projection p, int64_t mt, int r, int64_t intermediate);
 
 // Whether a layer of this H, I has the fragment layout (both projections):
 // I % 8 == 0 and H, I multiples of 128.

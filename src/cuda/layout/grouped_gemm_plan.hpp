@@ -52,6 +52,13 @@ struct GroupedGemmPlan {
   const int32_t* pair_of_pos = nullptr;
   int top_k = 1;
   const float* act_g = nullptr;
+  // The FP8 form of the prefill GEMM (sm90_nvfp4_prefill_gemm, Operand::Fp8;
+  // layout/fp8_operand.hpp): with act_fp8 set it reads E4M3 operand rows
+  // [act_rows, ld_act] bytes and their scales [act_rows, ld_act_scale = K/128]
+  // instead of act; the other kernels never do.
+  const uint8_t* act_fp8 = nullptr;
+  const float* act_scale = nullptr;
+  int64_t ld_act_scale = 0;
 
   const GemmTile* tiles = nullptr;
   const int32_t* num_tiles = nullptr;  // device

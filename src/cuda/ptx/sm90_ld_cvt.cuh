@@ -57,6 +57,14 @@ __device__ __forceinline__ uint8_t cvt_e4m3_from_f32_satfinite(float v) {
   return uint8_t(d & 0xffu);
 }
 
+// Two FP32 values -> two UE4M3 bit patterns (hi in the upper byte), as
+// cvt_e4m3_from_f32_satfinite each.
+__device__ __forceinline__ uint16_t cvt_e4m3x2_from_f32_satfinite(float hi, float lo) {
+  uint16_t d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
 // Two FP32 values -> BF16x2 (hi in the upper half), round to nearest even.
 __device__ __forceinline__ uint32_t cvt_bf16x2_from_f32(float hi, float lo) {
   uint32_t d;

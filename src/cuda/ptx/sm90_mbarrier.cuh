@@ -1,6 +1,6 @@
 // One-instruction PTX wrappers: mbarrier (init, arrivals of threads and of
 // their cp.async copies, the expect-tx arrival of a bulk copy, parity wait),
-// 16-byte cp.async into shared memory,
+// 4- and 16-byte cp.async into shared memory,
 // and shared-memory loads. Addresses are 32-bit shared-window addresses
 // (smem_addr()).
 #pragma once
@@ -57,6 +57,17 @@ __device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src
 // that other warps of the SM read again.
 __device__ __forceinline__ void cp_async_16_shared_l1(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// 4 bytes global -> shared (cp.async.ca: the only size .cg does not take).
+__device__ __forceinline__ void cp_async_4_shared(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
 }
 
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
