@@ -189,6 +189,11 @@ struct MoeOptions {
   int device = 0;               // cuda: device ordinal
   int64_t max_tokens = 8192;    // cuda: capacity of the forward's buffers
   bool checked = false;         // cuda: synchronise after each forward and report the error word
+  // cuda: run the routed experts' prefill GEMM on FP8 tensor cores where the
+  // activation mode is fp8 and every expert's weight rows are E4M3 values
+  // times a power of two (docs/numerics.md §8). Off by default: on the H200
+  // that form measures slower than the BF16 one today (docs/performance.md).
+  bool fp8_mma = false;
 };
 
 // Errors the device records without a host synchronisation (docs/numerics.md
@@ -265,6 +270,10 @@ class Moe final : public MoeLayer {
 
   const MoeConfig& config() const override;
   Backend backend() const;
+  // The tensor-core form of the routed experts' prefill GEMM, chosen at
+  // load: "fp8", "bf16", "bf16 (<why not fp8>)" (fp8 activations whose
+  // weights do not allow it), or "none" (the CPU backend).
+  std::string prefill_mma() const;
   DeviceKind device() const override;
   int device_index() const override;
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,

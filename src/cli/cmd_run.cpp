@@ -25,11 +25,13 @@ void print_usage() {
   std::printf(
       "usage: nvfp4moe run --model DIR --layer L --input X.safetensors --output Y.safetensors\n"
       "                    [--device cpu|cuda] [--ep R] [--threads N] [--static-input-scales] [--mtp]\n"
-      "                    [--act nvfp4|bf16|fp8]\n"
+      "                    [--act nvfp4|bf16|fp8] [--fp8-mma]\n"
       "DIR: either checkpoint layout (DeepSeek's layers.L.ffn.* or Hugging Face's model.layers.L.mlp.*);\n"
       "--mtp: L is an MTP block (mtp.L.ffn.*). Routed experts NVFP4 or MXFP4 (DeepSeek's release).\n"
       "--act: how the routed experts' inputs are staged (docs/numerics.md section 7); default nvfp4 for\n"
       "NVFP4 experts, fp8 (DeepSeek's act_quant) for MXFP4 experts; --ep R on cuda takes nvfp4 only.\n"
+      "--fp8-mma (cuda, --act fp8): the prefill GEMM on FP8 tensor cores where every expert's weight rows\n"
+      "are E4M3 values times a power of two (docs/numerics.md section 8); the form used is printed.\n"
       "X: hidden_states [T, H] bf16|f32; optional token_ids [T] int32|int64 (required for hash-routed\n"
       "layers unless routing is given); optional topk_ids [T, k] int32|int64 + topk_weights [T, k] f32\n"
       "(GLOBAL ids or -1; the router is skipped). Y: output [T, H] bf16, topk_ids [T, k] int32,\n"
@@ -40,13 +42,17 @@ void print_usage() {
 
 // The layer on its front end: R expert-parallel ranks emulated on the CPU,
 // or one Moe on the CPU or the GPU (sized for T tokens).
-std::unique_ptr<MoeLayer> make_layer(MoeWeights weights, Backend device, int ranks, int threads, int64_t tokens) {
+std::unique_ptr<MoeLayer> make_layer(MoeWeights weights, Backend device, int ranks, int threads, int64_t tokens,
+                                     bool fp8_mma) {
   if (ranks > 1) return std::make_unique<CpuEpMoe>(weights, ranks, CpuEpOptions{.threads = threads});
   MoeOptions mo;
   mo.backend = device;
   mo.threads = threads;
   mo.max_tokens = std::max<int64_t>(mo.max_tokens, tokens);
-  return std::make_unique<Moe>(std::move(weights), mo);
+  mo.fp8_mma = fp8_mma;
+  auto m = std::make_unique<Moe>(std::move(weights), mo);
+  if (fp8_mma) std::printf("prefill GEMM: %s\n", m->prefill_mma().c_str());
+  return m;
 }
 
 }  // namespace
@@ -62,7 +68,8 @@ std::vector<Option> run_options() {
           integer("threads", 1, kMaxThreads),
           flag("static-input-scales"),
           flag("mtp"),
-          choice("act", {"nvfp4", "bf16", "fp8"})};
+          choice("act", {"nvfp4", "bf16", "fp8"}),
+          flag("fp8-mma")};
 }
 
 int cmd_run(int argc, char** argv) {
@@ -95,7 +102,8 @@ int cmd_run(int argc, char** argv) {
   const RunInputs in = read_run_inputs(input, cfg, layer);
   const int64_t T = in.tokens, k = cfg.top_k;
   const auto t0 = std::chrono::steady_clock::now();
-  const HostResult r = make_layer(std::move(weights), device, ranks, threads, T)->forward_host(in.batch());
+  const HostResult r =
+      make_layer(std::move(weights), device, ranks, threads, T, args.has("fp8-mma"))->forward_host(in.batch());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<uint16_t> y(r.y.size());

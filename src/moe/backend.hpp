@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "nvfp4moe/moe.hpp"
 
@@ -17,6 +18,7 @@ class MoeBackendImpl {
   virtual void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
                        const ForwardOptions& options) = 0;
   virtual void sync_errors() = 0;
+  virtual std::string prefill_mma() const { return "none"; }
 };
 
 // src/cpu/

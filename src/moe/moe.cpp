@@ -39,6 +39,7 @@ const MoeConfig& Moe::config() const { return impl_->config(); }
 Backend Moe::backend() const { return impl_->kind(); }
 DeviceKind Moe::device() const { return impl_->kind() == Backend::Cpu ? DeviceKind::Cpu : DeviceKind::Cuda; }
 int Moe::device_index() const { return impl_->device_index(); }
+std::string Moe::prefill_mma() const { return impl_->prefill_mma(); }
 
 void Moe::forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
                   const ForwardOptions& options) {

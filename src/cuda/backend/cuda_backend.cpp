@@ -48,7 +48,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
  public:
   CudaMoeBackend(const MoeWeights& w, const MoeOptions& o)
       : cfg_(w.config), opt_(checked_options(w, o)), router_(w.router, cfg_, o.max_tokens),
-        routed_(upload_routed_weights(w.experts, cfg_, RoutedKernels::Fast), cfg_,
+        routed_(upload_routed_weights(w.experts, cfg_, RoutedKernels::Fast, o.fp8_mma), cfg_,
                 RoutedExperts::Capacity{.input_rows = o.max_tokens, .pairs = o.max_tokens * cfg_.top_k},
                 RoutedKernels::Fast, static_l1_input_scale(cfg_, w.experts)),
         shared_(w.shared, cfg_, o.max_tokens),
@@ -64,6 +64,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
   const MoeConfig& config() const override { return cfg_; }
   Backend kind() const override { return Backend::Cuda; }
   int device_index() const override { return opt_.device; }
+  std::string prefill_mma() const override { return routed_.prefill_mma(); }
 
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
                const ForwardOptions& options) override {

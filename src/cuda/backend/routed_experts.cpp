@@ -2,9 +2,11 @@
 #include "cuda/backend/routed_experts.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "cuda/kernels/ref/routed_experts_ref.hpp"
 #include "cuda/kernels/ref/staging_ref.hpp"
+#include "cuda/layout/fp8_operand.hpp"
 #include "moe/backend.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -21,7 +23,8 @@ DeviceBuffer<T> upload(const std::vector<T>& v) {
 
 }  // namespace
 
-RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& cfg, RoutedKernels kernels) {
+RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& cfg, RoutedKernels kernels,
+                                          bool fp8_mma) {
   NVFP4_CHECK(kernels == RoutedKernels::Fast || cfg.activation == ActivationMode::Nvfp4,
               "routed experts: the reference kernels take nvfp4 activations only, not ",
               activation_mode_name(cfg.activation));
@@ -58,8 +61,15 @@ RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfi
     d.w2_codes = upload(w.w2_codes);
     d.w2_scales = upload(w.w2_scales);
   } else if (fragment_layout_fits(H, I)) {
-    d.w13_frag = upload_fragment_weights(l13, &f13);
-    d.w2_frag = upload_fragment_weights(l2, &f2);
+    const bool fp8 = fp8_mma && cfg.activation == ActivationMode::Fp8;
+    d.w13_frag = upload_fragment_weights(l13, &f13, fp8);
+    d.w2_frag = upload_fragment_weights(l2, &f2, fp8);
+    if (fp8 && !d.fp8_prefill()) {  // one projection without: the BF16 form for both
+      d.fp8_refusal = !d.w13_frag.fp8_refusal.empty() ? "w13: " + d.w13_frag.fp8_refusal
+                                                       : "w2: " + d.w2_frag.fp8_refusal;
+      d.w13_frag.fp8_rows = DeviceBuffer<int8_t>();
+      d.w2_frag.fp8_rows = DeviceBuffer<int8_t>();
+    }
   } else {
     d.w13_tiles = upload_tile_weights(l13, &f13);
     d.w2_tiles = upload_tile_weights(l2, &f2);
@@ -76,6 +86,13 @@ RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfi
     d.w2_static_g = upload(w.w2_input_scale);
   }
   return d;
+}
+
+std::string prefill_mma_name(const RoutedWeightsDevice& w, const MoeConfig& cfg) {
+  if (cfg.activation != ActivationMode::Fp8) return "bf16";
+  if (w.fp8_prefill()) return "fp8";
+  if (!w.fp8_refusal.empty()) return "bf16 (" + w.fp8_refusal + ")";
+  return cfg.activation == ActivationMode::Fp8 && !w.w13_frag.codes.size() ? "bf16 (no fragment layout)" : "bf16";
 }
 
 RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, Capacity cap, RoutedKernels kernels,
@@ -106,6 +123,7 @@ RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, 
   h_g_ = DeviceBuffer<float>(size_t(cap.pairs));
   h_deq_ = DeviceBuffer<__nv_bfloat16>(size_t(cap.pairs * ld_h_));
   // Kernel attributes are set here, not per launch: a forward stays graph-capturable.
+  prefill_mma_ = "none (reference kernels)";
   if (kernels_ == RoutedKernels::Reference) {
     x_codes_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 2));
     x_scales_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 16));
@@ -114,6 +132,14 @@ RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, 
     act_ = DeviceBuffer<__nv_bfloat16>(size_t(cap.input_rows * ld_act_));
     expand_nvfp4_rows_prepare(int32_t(H));
     prepare_expert_gemm(w_.count);
+    fp8_ = w_.fp8_prefill() && activation_ == ActivationMode::Fp8;  // weights uploaded for fp8 serve other modes too
+    prefill_mma_ = prefill_mma_name(w_, cfg);
+    if (fp8_) {  // H and I are multiples of 128 (the fragment layout), so ld_act_ = H, ld_h_ = I
+      act8_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * ld_act_));
+      act8_scale_ = DeviceBuffer<float>(size_t(cap.input_rows * H / kFp8OperandBlock));
+      h8_ = DeviceBuffer<uint8_t>(size_t(cap.pairs * ld_h_));
+      h8_scale_ = DeviceBuffer<float>(size_t(cap.pairs * I / kFp8OperandBlock));
+    }
   }
 }
 
@@ -144,7 +170,8 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   // The GEMMs of this forward (chosen on the device from the live pair
   // count), and the column order they want their operand rows in.
   p.gemm = expert_gemm_choice(local, pairs.pairs_bound, fragments(Projection::GateUp), fragments(Projection::Down));
-  const OperandOrder order = p.gemm.operand_order(live_pairs);
+  // The FP8 form makes its operand from logical-order BF16 rows (the decode kernel's order too).
+  const OperandOrder order = fp8_ ? OperandOrder{} : p.gemm.operand_order(live_pairs);
   p.expand = in.codes != nullptr;
   NVFP4_CHECK(!p.expand || activation_ == ActivationMode::Nvfp4, "routed experts: NVFP4 input rows with ",
               activation_mode_name(activation_), " activations");
@@ -195,7 +222,45 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   p.down.h_out = nullptr;
   p.down.y_pair = y_pair;
   p.down.topk_weights = pairs.pair_weights;
+  if (fp8_ && !p.expand) {
+    const int32_t above = fp8_pairs_above(p.gemm);
+    p.fp8 = above < std::numeric_limits<int32_t>::max();
+    p.x_fp8 = Fp8OperandArgs{.in = act_.get(),
+                             .ld_in = ld_act_,
+                             .rows_max = in.rows,
+                             .cols = H,
+                             .codes = act8_.get(),
+                             .ld_codes = ld_act_,
+                             .scales = act8_scale_.get(),
+                             .live_pairs = live_pairs,
+                             .pairs_above = above};
+    p.h_fp8 = Fp8OperandArgs{.in = h_deq_.get(),
+                             .ld_in = ld_h_,
+                             .rows_max = pairs.pairs_bound,
+                             .live_rows = live_pairs,
+                             .cols = I,
+                             .codes = h8_.get(),
+                             .ld_codes = ld_h_,
+                             .scales = h8_scale_.get(),
+                             .live_pairs = live_pairs,
+                             .pairs_above = above};
+    p.gate_up.act_fp8 = act8_.get();
+    p.gate_up.act_scale = act8_scale_.get();
+    p.gate_up.ld_act_scale = H / kFp8OperandBlock;
+    p.down.act_fp8 = h8_.get();
+    p.down.act_scale = h8_scale_.get();
+    p.down.ld_act_scale = I / kFp8OperandBlock;
+  }
   return p;
+}
+
+// The live pair counts above which the prefill GEMM runs (its FP8 operand is
+// needed only then); int32 max when it never does.
+int32_t RoutedExperts::fp8_pairs_above(const ExpertGemmChoice& gemm) const {
+  for (int i = 0; i < gemm.count; ++i)
+    if (gemm.candidates[i].kind == ExpertGemmCandidate::Wgmma)
+      return gemm.count > 1 ? int32_t(gemm.candidates[i].above) : -1;
+  return std::numeric_limits<int32_t>::max();
 }
 
 // The L1 input x -> NVFP4 per row, or with the layer's static g
@@ -233,11 +298,15 @@ void RoutedExperts::stage(const Plan& p, cudaStream_t s) const {
     expand_nvfp4_rows(p.expand_rows, s);
   else if (p.stage_x.rows > 0)
     stage_activations(p.stage_x, s);
+  if (p.fp8 && p.x_fp8.rows_max > 0) fp8_operand_rows(p.x_fp8, s);
 }
 void RoutedExperts::gate_up(const Plan& p, cudaStream_t s) const {
   run_expert_gemm(p.gate_up, fragments(Projection::GateUp), p.gemm, s);
 }
-void RoutedExperts::requantize(const Plan& p, cudaStream_t s) const { stage_requantized_rows(p.requant, s); }
+void RoutedExperts::requantize(const Plan& p, cudaStream_t s) const {
+  stage_requantized_rows(p.requant, s);
+  if (p.fp8 && p.h_fp8.rows_max > 0) fp8_operand_rows(p.h_fp8, s);
+}
 void RoutedExperts::down(const Plan& p, cudaStream_t s) const {
   run_expert_gemm(p.down, fragments(Projection::Down), p.gemm, s);
 }

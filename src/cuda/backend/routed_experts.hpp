@@ -24,10 +24,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "cuda/backend/expert_gemm.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/expand_rows.hpp"
+#include "cuda/kernels/fp8_operand.hpp"
 #include "cuda/kernels/staging.hpp"
 #include "cuda/layout/weight_upload.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -48,10 +50,20 @@ struct RoutedWeightsDevice {
   DeviceBuffer<float> w13_global, w2_global;          // [count, 2] (gate, up), [count]: g_w (NVFP4), the
                                                       // row groups' factors (MXFP4 in a kernel layout), 1 (MXFP4 linear)
   DeviceBuffer<float> w2_static_g;                    // [count] static g of h (L2 input), or empty
+  // The prefill GEMM's tensor-core form, chosen here: FP8 when both
+  // projections have the FP8 form's row exponents (fp8_operand.hpp), else BF16,
+  // with the reason when FP8 was asked for.
+  bool fp8_prefill() const { return w13_frag.fp8_rows.size() > 0 && w2_frag.fp8_rows.size() > 0; }
+  std::string fp8_refusal;
 };
 // ExpertWeights -> the layout `kernels` reads; w2_static_g when the config's
-// L2 input is static.
-RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& config, RoutedKernels kernels);
+// L2 input is static. fp8_mma: use the FP8 form of the prefill GEMM where the
+// activation mode is fp8 and every expert's weight rows are E4M3 values
+// times a power of two (docs/numerics.md §8).
+RoutedWeightsDevice upload_routed_weights(const ExpertWeights& w, const MoeConfig& config, RoutedKernels kernels,
+                                          bool fp8_mma = false);
+// "fp8", "bf16", or "bf16 (<why not fp8>)": the prefill GEMM's form, for messages and the bench.
+std::string prefill_mma_name(const RoutedWeightsDevice& w, const MoeConfig& config);
 
 // The L1 input of one forward: activation rows x, or NVFP4 rows.
 struct RoutedInput {
@@ -87,6 +99,8 @@ class RoutedExperts {
                 float l1_static_g);
 
   int64_t local_experts() const { return w_.count; }
+  bool fp8_prefill() const { return fp8_; }
+  const std::string& prefill_mma() const { return prefill_mma_; }  // prefill_mma_name at construction
   RoutedKernels kernels() const { return kernels_; }
 
   // y_pair[pair, H] = w_pair * o_e for every live position (every other row untouched).
@@ -102,6 +116,9 @@ class RoutedExperts {
     ExpandRowsArgs expand_rows;
     GroupedGemmPlan gate_up, down;
     RequantRowsArgs requant;
+    // The FP8 form: the E4M3 operand rows of x and of h, made from the BF16 ones.
+    bool fp8 = false;
+    Fp8OperandArgs x_fp8, h_fp8;
   };
   Plan plan(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair);
   void stage(const Plan& p, cudaStream_t stream) const;
@@ -116,6 +133,7 @@ class RoutedExperts {
   void run_ref(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
   QuantizeActArgs stage_x_args(const RoutedInput& input) const;
   RequantRowsArgs requant_args(const RoutedPairs& pairs, OperandOrder order);
+  int32_t fp8_pairs_above(const ExpertGemmChoice& gemm) const;
 
   RoutedWeightsDevice w_;
   Capacity cap_;
@@ -131,6 +149,10 @@ class RoutedExperts {
   DeviceBuffer<float> h_, h_g_;      // [pairs, I], [pairs]
   DeviceBuffer<__nv_bfloat16> h_deq_;  // [pairs, ld_h] value(q)*s of QDQ(h)
   DeviceBuffer<uint8_t> x_codes_, x_scales_;  // Reference: staged x as NVFP4 rows
+  bool fp8_ = false;                          // the prefill GEMM in its FP8 form
+  std::string prefill_mma_;
+  DeviceBuffer<uint8_t> act8_, h8_;           // [input_rows, ld_act], [pairs, ld_h] E4M3 operand rows
+  DeviceBuffer<float> act8_scale_, h8_scale_;  // their scales per 128 columns
 };
 
 }  // namespace nvfp4moe::cuda

@@ -2,8 +2,10 @@
 #include "cuda/layout/weight_upload.hpp"
 
 #include <algorithm>
+#include <mutex>
 
 #include "common/parallel.hpp"
+#include "cuda/layout/fp8_operand.hpp"
 
 namespace nvfp4moe::cuda {
 
@@ -101,18 +103,40 @@ void pack_tile_expert(const LinearExpertProjection& w, uint8_t* out, float* mx_f
   pack_expert_weights(w.projection, e.codes.data(), e.mult.data(), w.hidden, w.inter, out);
 }
 
-FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vector<float>* mx_factors) {
+FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vector<float>* mx_factors, bool fp8_rows) {
   check_linear("upload_fragment_weights", w);
-  resize_factors(w, mx_factors);
+  std::vector<float> own_factors;  // the FP8 rows need the factors even when the caller does not
+  std::vector<float>* factors = mx_factors ? mx_factors : (fp8_rows ? &own_factors : nullptr);
+  resize_factors(w, factors);
   FragmentWeightsDevice d;
   d.geometry = fragment_geometry(w.projection, w.hidden, w.inter, w.format);
   const int64_t per[2] = {d.geometry.code_bytes_per_expert(), d.geometry.scale_bytes_per_expert()};
   d.codes = DeviceBuffer<uint8_t>(size_t(w.count * per[0]));
   d.scales = DeviceBuffer<uint8_t>(size_t(w.count * per[1]));
-  uint8_t* const dst[2] = {d.codes.get(), d.scales.get()};
-  upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[2]) {
-    pack_fragment_expert(w.expert(e), out[0], out[1], factors_of(w, mx_factors, e));
+  if (!fp8_rows) {
+    uint8_t* const dst[2] = {d.codes.get(), d.scales.get()};
+    upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[2]) {
+      pack_fragment_expert(w.expert(e), out[0], out[1], factors_of(w, factors, e));
+    });
+    return d;
+  }
+  const int64_t per3[3] = {per[0], per[1], d.geometry.m_tiles * kMmaTileRows};
+  d.fp8_rows = DeviceBuffer<int8_t>(size_t(w.count * per3[2]));
+  uint8_t* const dst[3] = {d.codes.get(), d.scales.get(), reinterpret_cast<uint8_t*>(d.fp8_rows.get())};
+  std::mutex mu;
+  int64_t refused = -1;  // the lowest expert without FP8 rows
+  upload_batched(w.count, per3, dst, [&](int64_t e, uint8_t* const (&out)[3]) {
+    float* f = factors_of(w, factors, e);
+    pack_fragment_expert(w.expert(e), out[0], out[1], f);
+    std::string why;
+    if (fp8_weight_rows(w.expert(e), f, reinterpret_cast<int8_t*>(out[2]), &why)) return;
+    const std::lock_guard<std::mutex> lock(mu);
+    if (refused < 0 || e < refused) {
+      refused = e;
+      d.fp8_refusal = why;
+    }
   });
+  if (refused >= 0) d.fp8_rows = DeviceBuffer<int8_t>();
   return d;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
@@ -37,12 +38,20 @@ void pack_tile_expert(const LinearExpertProjection& w, uint8_t* out, float* mx_f
 // One projection of all local experts in the fragment layout (the decode
 // and prefill kernels); MXFP4: the row groups' factors ([count, 2] or
 // [count]) into *mx_factors.
+// With fp8_rows asked for, also the FP8 form's row exponents of every expert
+// (fp8_operand.hpp's fp8_weight_rows), or, when some expert has none, no
+// exponents and the reason in fp8_refusal.
 struct FragmentWeightsDevice {
   DeviceBuffer<uint8_t> codes, scales;
+  DeviceBuffer<int8_t> fp8_rows;  // [count][m_tiles * 16], or empty
+  std::string fp8_refusal;
   FragmentGeometry geometry;
-  FragmentWeights view() const { return FragmentWeights{codes.get(), scales.get(), geometry}; }
+  FragmentWeights view() const {
+    return FragmentWeights{codes.get(), scales.get(), geometry, fp8_rows.size() ? fp8_rows.get() : nullptr};
+  }
 };
-FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vector<float>* mx_factors);
+FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vector<float>* mx_factors,
+                                              bool fp8_rows = false);
 
 // One projection of all local experts in the tile layout (the reference
 // grouped GEMM): count x packed_geometry(p, H, I).bytes_per_expert() bytes.
