@@ -176,11 +176,12 @@ inline Moe cpu_twin(const MoeWeights& w) {
   return Moe(std::move(c), o);
 }
 
-inline Moe gpu_moe(MoeWeights w, int64_t max_tokens, bool checked = false) {
+inline Moe gpu_moe(MoeWeights w, int64_t max_tokens, bool checked = false, bool fp8_mma = true) {
   MoeOptions o;
   o.backend = Backend::Cuda;
   o.max_tokens = max_tokens;
   o.checked = checked;
+  o.fp8_mma = fp8_mma;
   return Moe(std::move(w), o);
 }
 

@@ -1,0 +1,106 @@
+// fp8_operand_rows against fp8_operand_rows_ref, bit for bit: act_quant
+// blocks of every spread, all-zero blocks, a NaN, a device count of live rows
+// (rows past it untouched), and the device-side choice that skips the work.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/fp8_operand.hpp"
+#include "cuda/layout/fp8_operand.hpp"
+#include "format/mxfp4_codec.hpp"
+#include "nvfp4moe/moe.hpp"
+#include "support/test_util.hpp"
+
+namespace nvfp4moe::cuda {
+namespace {
+
+using test::Rng;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::nvfp4moe::cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<uint16_t> act_quant_values(Rng& rng, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<uint16_t> out(size_t(rows * ld), 0x7FC0);  // the tail past cols: NaN, never read
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 128; ++b) {
+      const float spread = std::ldexp(1.0f, int(rng.below(50)) - 35);
+      float v[128], amax = 0.0f;
+      for (float& x : v) {
+        x = fmt::bits_to_float(fmt::float_to_bits(rng.normal() * spread) & 0xffff0000u);
+        amax = std::max(amax, std::fabs(x));
+      }
+      if (rng.below(7) == 0) std::fill(std::begin(v), std::end(v), 0.0f), amax = 0.0f;
+      const float s = fmt::fp8_act_block_scale(amax);
+      for (int i = 0; i < 128; ++i)
+        out[size_t(r * ld + b * 128 + i)] =
+            uint16_t(fmt::float_to_bits(fmt::e4m3_value(fmt::fp8_act_code(v[i], s)) * s) >> 16);
+    }
+  return out;
+}
+
+TEST(Fp8OperandRows, MatchesTheReferenceBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const int64_t rows = 300, cols = 1024, ld = 1088, live = 211;
+  std::vector<uint16_t> in = act_quant_values(rng, rows, cols, ld);
+  in[size_t(17 * ld + 600)] = 0xFFC1;  // a NaN: block 4 of row 17
+  std::vector<uint8_t> want(size_t(rows * ld), 0x5A);
+  std::vector<float> want_s(size_t(rows * cols / 128), -1.0f);
+  fp8_operand_rows_ref(in.data(), live, cols, ld, want.data(), ld, want_s.data());
+
+  DeviceBuffer<uint16_t> d_in(in.size());
+  d_in.upload(in.data(), in.size());
+  DeviceBuffer<uint8_t> d_codes(want.size());
+  DeviceBuffer<float> d_scales(want_s.size());
+  DeviceBuffer<int32_t> d_live(1);
+  const int32_t live32 = int32_t(live);
+  d_live.upload(&live32, 1);
+  NVFP4_CUDA_CHECK(cudaMemset(d_codes.get(), 0x5A, d_codes.bytes()));
+  std::vector<float> minus(want_s.size(), -1.0f);
+  d_scales.upload(minus.data(), minus.size());
+  Fp8OperandArgs a{.in = reinterpret_cast<const __nv_bfloat16*>(d_in.get()), .ld_in = ld, .rows_max = rows,
+                   .live_rows = d_live.get(), .cols = cols, .codes = d_codes.get(), .ld_codes = ld,
+                   .scales = d_scales.get()};
+  fp8_operand_rows(a, nullptr);
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> got(want.size());
+  std::vector<float> got_s(want_s.size());
+  d_codes.download(got.data(), got.size());
+  d_scales.download(got_s.data(), got_s.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "byte " << i << " (row " << i / ld << ")";
+  for (size_t i = 0; i < want_s.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got_s[i], &want_s[i], 4), 0) << "scale " << i << ": " << got_s[i] << " vs " << want_s[i];
+  EXPECT_TRUE(std::isnan(got_s[17 * 8 + 4]));
+  EXPECT_EQ(got_s[size_t(live * 8)], -1.0f) << "a row past the live count was written";
+
+  // The device-side choice: with the live pair count at or below pairs_above nothing is written.
+  NVFP4_CUDA_CHECK(cudaMemset(d_codes.get(), 0x5A, d_codes.bytes()));
+  a.live_pairs = d_live.get();
+  a.pairs_above = live32;
+  fp8_operand_rows(a, nullptr);
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  d_codes.download(got.data(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0x5A) << "byte " << i << " written while skipped";
+}
+
+TEST(Fp8OperandRows, RejectsBadShapesNamingThem) {
+  Fp8OperandArgs a;
+  uint8_t dummy[64];
+  a.in = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  a.codes = dummy;
+  a.scales = reinterpret_cast<float*>(dummy);
+  a.cols = 200;
+  a.ld_in = 256;
+  a.ld_codes = 256;
+  EXPECT_ERROR_CONTAINS(fp8_operand_rows(a, nullptr), "200 columns", "multiple of 128");
+}
+
+}  // namespace
+}  // namespace nvfp4moe::cuda
