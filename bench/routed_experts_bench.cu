@@ -146,7 +146,7 @@ Options parse_options(int argc, char** argv) {
 }
 
 struct Ceilings {
-  double read = 0, copy = 0, bf16 = 0;  // bytes/s, bytes/s, FLOP/s
+  double read = 0, copy = 0, bf16 = 0, fp8 = 0;  // bytes/s, bytes/s, FLOP/s, FLOP/s
 };
 
 MoeConfig pro_config(int64_t experts) {
@@ -219,9 +219,12 @@ struct BenchWeights {
 // own upload (upload_routed_weights: multiplier bytes per 16 weights and the
 // row groups' factors in place of g_w), so that the kernels read what a
 // real checkpoint gives them; the tile layout from the same bytes.
-BenchWeights mxfp4_weights(const MoeConfig& cfg, bool tiles) {
+// Uploaded for the fp8 mode, so that they carry the FP8 form's row exponents
+// (their bytes span 5 binades: every row qualifies).
+BenchWeights mxfp4_weights(MoeConfig cfg, bool tiles) {
   const ExpertWeights ex = make_random_mxfp4_experts(cfg, 11, 0, cfg.experts);
-  BenchWeights w{upload_routed_weights(ex, cfg, RoutedKernels::Fast), {}};
+  cfg.activation = ActivationMode::Fp8;
+  BenchWeights w{upload_routed_weights(ex, cfg, RoutedKernels::Fast, /*fp8_mma=*/true), {}};
   NVFP4_CHECK(w.routed.w13_frag.codes.size() > 0, "routed bench: no fragment layout for H=", kH, " I=", kI);
   if (tiles) {
     w.tiles.w13 = upload_tile_weights(linear_experts(ex, Projection::GateUp), nullptr);
@@ -243,8 +246,9 @@ DeviceBuffer<T> device_copy(const DeviceBuffer<T>& b) {
 }
 
 // A second copy of fragment-layout weights on the device (RoutedExperts owns
-// its weights: each activation mode gets its own copy of the same bytes).
-RoutedWeightsDevice copy_weights(const RoutedWeightsDevice& w) {
+// its weights: each activation mode gets its own copy of the same bytes),
+// with the FP8 form's row exponents or without them (the BF16 form).
+RoutedWeightsDevice copy_weights(const RoutedWeightsDevice& w, bool fp8_rows) {
   NVFP4_CHECK(w.w13_tiles.size() == 0 && w.w13_codes.size() == 0 && w.w2_static_g.size() == 0,
               "routed bench: copy_weights copies the fragment layout and the global factors only");
   RoutedWeightsDevice d;
@@ -255,6 +259,7 @@ RoutedWeightsDevice copy_weights(const RoutedWeightsDevice& w) {
   for (auto [to, from] : {std::pair{&d.w13_frag, &w.w13_frag}, std::pair{&d.w2_frag, &w.w2_frag}}) {
     to->codes = device_copy(from->codes);
     to->scales = device_copy(from->scales);
+    if (fp8_rows) to->fp8_rows = device_copy(from->fp8_rows);
     to->geometry = from->geometry;
   }
   d.w13_global = device_copy(w.w13_global);
@@ -322,9 +327,10 @@ struct Forward {
 };
 
 // The kernel run_expert_gemm picks for P live pairs, as the table names it.
-const char* chosen_kernel(const ExpertGemmChoice& c, int64_t P) {
+const char* chosen_kernel(const ExpertGemmChoice& c, int64_t P, bool fp8) {
   static const char* names[] = {"simple", "decode", "split"};
-  return names[c.kind_for(P)];
+  const ExpertGemmCandidate::Kind k = c.kind_for(P);
+  return fp8 && k == ExpertGemmCandidate::Wgmma ? "fp8-split" : names[k];
 }
 
 // Every prefill tile width over all blocks (TokenBlocks::All), the four
@@ -517,7 +523,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
       routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), f.y_pair.get());
   const CombineArgs ca = f.combine(T);
   Row w{.ep = E == 48 ? "EP8" : (E == 384 ? "EP1" : "E?"), .E = E, .T = T, .P = P, .touched = routing.touched,
-        .format = format, .act = act, .config = chosen_kernel(p.gemm, P)};
+        .format = format, .act = act, .config = chosen_kernel(p.gemm, P, p.fp8)};
   group_pairs(ga, nullptr);
   routed.stage(p, nullptr);
   routed.gate_up(p, nullptr);
@@ -558,7 +564,9 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   w.device_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.ckpt_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.mem_floor = w.device_bytes / c.read * 1e6;
-  w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / c.bf16 * 1e6;
+  // The FP8 form's ceiling is the dense FP8 peak, the BF16 form's the BF16 one.
+  const bool fp8_mma = p.fp8 && p.gemm.kind_for(P) == ExpertGemmCandidate::Wgmma;
+  w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / (fp8_mma ? c.fp8 : c.bf16) * 1e6;
   w.floor = std::max(w.mem_floor, w.comp_floor);
   w.ckpt_mem_floor = w.ckpt_bytes / c.read * 1e6;
   w.ckpt_floor = std::max(w.ckpt_mem_floor, w.comp_floor);
@@ -580,12 +588,15 @@ int main(int argc, char** argv) {
   }
   FILE* js = o.json ? std::fopen(o.json, "w") : nullptr;
   const Ceilings c{measure_read_bandwidth(int64_t(4) << 30, 10), measure_copy_bandwidth(int64_t(256) << 20, 10),
-                   measure_bf16_gemm_flops(8192, 8192, 8192, 10)};
-  std::printf("ceilings: HBM read %.2f TB/s, copy (read + write) %.2f TB/s, BF16 dense %.0f TFLOP/s\n", c.read * 1e-12,
-              c.copy * 1e-12, c.bf16 * 1e-12);
+                   measure_bf16_gemm_flops(8192, 8192, 8192, 10), measure_fp8_gemm_flops(8192, 8192, 8192, 10)};
+  std::printf("ceilings: HBM read %.2f TB/s, copy (read + write) %.2f TB/s, BF16 dense %.0f TFLOP/s, FP8 dense %.0f "
+              "TFLOP/s\n",
+              c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   if (js)
-    std::fprintf(js, "{\"kind\":\"ceilings\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,\"bf16_tflops\":%.1f}\n",
-                 c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12);
+    std::fprintf(js,
+                 "{\"kind\":\"ceilings\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,\"bf16_tflops\":%.1f,"
+                 "\"fp8_tflops\":%.1f}\n",
+                 c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const bool modes = o.modes();
   std::printf("\n%-4s %6s %7s %5s %-9s ", "EP", "T", "pairs", "exps", "config");
@@ -603,14 +614,23 @@ int main(int argc, char** argv) {
         std::printf("     weights: %lld %s experts made and uploaded in %.1f s\n", (long long)E,
                     format_option_name(format),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (size_t a = 0; a < o.acts.size(); ++a) {
-        cfg.activation = o.acts[a];
-        // The last mode takes the weights themselves; the others a copy of them.
-        RoutedExperts routed(a + 1 < o.acts.size() ? copy_weights(w.routed) : std::move(w.routed), cfg,
+      // Each mode once; the fp8 mode of weights with the FP8 form's row
+      // exponents twice, the BF16 form first, then the FP8 form on the same bytes.
+      std::vector<std::pair<ActivationMode, bool>> runs;
+      for (const ActivationMode m : o.acts) {
+        const bool fp8_form = m == ActivationMode::Fp8 && w.routed.fp8_prefill();
+        if (fp8_form) runs.push_back({m, false});
+        runs.push_back({m, fp8_form});
+      }
+      for (size_t a = 0; a < runs.size(); ++a) {
+        cfg.activation = runs[a].first;
+        // The last run takes the weights themselves (when it wants their FP8 rows); the others a copy.
+        const bool last = a + 1 == runs.size() && (runs[a].second || !w.routed.fp8_prefill());
+        RoutedExperts routed(last ? std::move(w.routed) : copy_weights(w.routed, runs[a].second), cfg,
                              RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * kTopK},
                              RoutedKernels::Fast, 0.0f);
         for (const int64_t T : o.tokens) {
-          rows.push_back(bench_row(routed, w.tiles, f, E, T, format, o.acts[a], o, c));
+          rows.push_back(bench_row(routed, w.tiles, f, E, T, format, runs[a].first, o, c));
           print_row(rows.back(), c, modes, nvfp4_twin(rows, rows.back()), js);
         }
       }

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <cublasLt.h>
+
 #include "cli/bench_ceilings.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/shared_expert.hpp"
@@ -29,6 +31,21 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint32_t se
     h ^= h >> 13;
     p[i] = __float2bfloat16_rn(float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
   }
+}
+
+// Pseudo-random E4M3 bytes of magnitude at most 1.75 (exponent field <= 7), either sign.
+__global__ void fill_random_e4m3_kernel(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9e3779b1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    p[i] = uint8_t((h & 0x80u) | ((h >> 8) & 0x3Fu));
+  }
+}
+
+void check_lt(cublasStatus_t s, const char* what) {
+  NVFP4_CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLt ", what, " failed with status ", int(s));
 }
 
 }  // namespace
@@ -81,6 +98,51 @@ double measure_bf16_gemm_flops(int64_t m, int64_t n, int64_t k, int iters) {
   NVFP4_CUDA_CHECK_LAUNCH("fill_random_bf16_kernel");
   CublasHandle h;
   const double us = median_time_us(iters, [&] { gemm_bf16_rowmajor_bt(h.get(), a.get(), b.get(), c.get(), m, n, k); });
+  return 2.0 * double(m) * double(n) * double(k) / (us * 1e-6);
+}
+
+double measure_fp8_gemm_flops(int64_t m, int64_t n, int64_t k, int iters) {
+  // D[n, m] (column-major, BF16) = A^T B with A [m, k] and B [n, k] row-major
+  // E4M3: the "TN" form cuBLASLt's FP8 kernels take, FP32 accumulation.
+  DeviceBuffer<uint8_t> a{size_t(m * k)}, b{size_t(n * k)};
+  DeviceBuffer<__nv_bfloat16> d{size_t(m * n)};
+  fill_random_e4m3_kernel<<<1024, 256>>>(a.get(), m * k, 3u);
+  fill_random_e4m3_kernel<<<1024, 256>>>(b.get(), n * k, 4u);
+  NVFP4_CUDA_CHECK_LAUNCH("fill_random_e4m3_kernel");
+  cublasLtHandle_t lt = nullptr;
+  check_lt(cublasLtCreate(&lt), "create");
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  const size_t workspace_bytes = size_t(32) << 20;
+  DeviceBuffer<uint8_t> workspace{workspace_bytes};
+  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt), "transb");
+  check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k), "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k), "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(m), uint64_t(n), m), "layout d");
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                sizeof workspace_bytes),
+           "workspace");
+  cublasLtMatmulHeuristicResult_t algo{};
+  int found = 0;
+  check_lt(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &algo, &found), "heuristic");
+  NVFP4_CHECK(found > 0, "cublasLt: no FP8 GEMM algorithm for ", m, " x ", n, " x ", k);
+  const float alpha = 1.0f, beta = 0.0f;
+  const double us = median_time_us(iters, [&] {
+    check_lt(cublasLtMatmul(lt, op, &alpha, a.get(), la, b.get(), lb, &beta, d.get(), ld, d.get(), ld, &algo.algo,
+                            workspace.get(), workspace_bytes, nullptr),
+             "matmul");
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
   return 2.0 * double(m) * double(n) * double(k) / (us * 1e-6);
 }
 

@@ -3,7 +3,8 @@
 // streaming sum over a buffer far larger than L2), device copy bandwidth
 // (read + write, the ceiling of a kernel that writes what it reads, like the
 // activation staging), dense BF16 GEMM throughput (cuBLAS, FP32
-// accumulation), and the timing they share.
+// accumulation), dense FP8 GEMM throughput (cuBLASLt, E4M3), and the timing
+// they share.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +22,7 @@ double measure_read_bandwidth(int64_t bytes, int iters);
 double measure_copy_bandwidth(int64_t bytes, int iters);
 // FLOP/s of a BF16 m x n x k cuBLAS GEMM: median of `iters`.
 double measure_bf16_gemm_flops(int64_t m, int64_t n, int64_t k, int iters);
+// FLOP/s of a dense E4M3 x E4M3 m x n x k cuBLASLt GEMM (FP32 accumulation, BF16 out): median of `iters`.
+double measure_fp8_gemm_flops(int64_t m, int64_t n, int64_t k, int iters);
 
 }  // namespace nvfp4moe::cuda
