@@ -350,12 +350,46 @@ __device__ __forceinline__ void produce_tile_meta(const GroupedGemmPlan& plan, c
   ptx::named_barrier_sync(1, kProducerThreads);
 }
 
+// A producer thread's cp.async sources for one tile, found once per tile
+// (the row lookups and 64-bit products then stay out of the stage loop):
+// GateUp gathers rows ptid / 8 + 16 j, 16 bytes (unit ptid % 8) of each
+// per swizzle row, held as 16-byte units from the operand's base so that 32
+// bits suffice; the FP8 form copies position ptid's operand scales.
+template <Projection P, Operand O, int kBlockN>
+struct ProducerSources {
+  static constexpr int kUnitsPerRow = kActAtomBytes / 16, kRowsPerPass = kProducerThreads / kUnitsPerRow;
+  static constexpr int kRows = kBlockN / kRowsPerPass;
+  uint32_t unit16[kRows];
+  int32_t rows = 0;                    // of this thread's rows, how many the tile has
+  const float* scale = nullptr;        // FP8: position ptid's scale row, or null past the tile
+};
+
+template <Projection P, Operand O, int kBlockN>
+__device__ __forceinline__ ProducerSources<P, O, kBlockN> producer_sources(const GroupedGemmPlan& plan,
+                                                                            const Cta<P, O, kBlockN>& c,
+                                                                            const Tile& tile, int ptid) {
+  using Src = ProducerSources<P, O, kBlockN>;
+  Src src;
+  if constexpr (P == Projection::GateUp) {
+    const int64_t row_units = plan.ld_act * (O == Operand::Bf16 ? 2 : 1) / 16;  // ld_act % 16 == 0 (check_plan)
+    const int first = ptid / Src::kUnitsPerRow, unit = ptid % Src::kUnitsPerRow;
+    src.rows = tile.rows > first ? (tile.rows - first + Src::kRowsPerPass - 1) / Src::kRowsPerPass : 0;
+#pragma unroll
+    for (int j = 0; j < Src::kRows; ++j)
+      src.unit16[j] = j < src.rows ? uint32_t(int64_t(c.tile_rows[first + j * Src::kRowsPerPass]) * row_units + unit) : 0u;
+  }
+  if constexpr (O == Operand::Fp8)
+    if (ptid < tile.rows) src.scale = plan.act_scale + int64_t(c.tile_rows[ptid]) * plan.ld_act_scale;
+  return src;
+}
+
 // Producer, per stage: the m-tiles' code runs and scale words (and Down's
 // operand rows) by TMA from one thread; GateUp's operand rows, gathered
 // by pair, and the FP8 form's operand scales by every thread's cp.async.
 template <Projection P, Operand O, int kBlockN>
 __device__ __forceinline__ void produce_stage(const GroupedGemmPlan& plan, const WgmmaMaps& maps,
-                                              const Cta<P, O, kBlockN>& c, const Tile& tile, int64_t ks,
+                                              const Cta<P, O, kBlockN>& c, const Tile& tile,
+                                              const ProducerSources<P, O, kBlockN>& src, int64_t ks,
                                               const RingPosition<Smem<O, kBlockN>::kStages>& ring, int ptid) {
   using C = Cta<P, O, kBlockN>;
   using S = typename C::S;
@@ -379,30 +413,25 @@ __device__ __forceinline__ void produce_stage(const GroupedGemmPlan& plan, const
                          int32_t(ks * kStageK + ch * kMmaChunkK), tile.begin);
     }
   }
-  if constexpr (O == Operand::Fp8) {  // the stage's operand scale of each position
-    const int64_t blocks = plan.ld_act_scale;
-    for (int r = ptid; r < tile.rows; r += kProducerThreads)
-      ptx::cp_async_4_shared(c.act_scale_base + ring.stage * S::kActScaleStage + r * 4,
-                             plan.act_scale + int64_t(c.tile_rows[r]) * blocks + ks);
+  if constexpr (O == Operand::Fp8) {  // the stage's operand scale of position ptid (kBlockN <= 128 threads)
+    if (src.scale) ptx::cp_async_4_shared(c.act_scale_base + ring.stage * S::kActScaleStage + ptid * 4, src.scale + ks);
   }
   if constexpr (C::kGather) {
     // Operand rows (already in k-slot order, operand_order.hpp): 16-byte
-    // units into the 128B swizzle (unit ^ row % 8). This thread's unit of
-    // each chunk row is fixed; its rows are ptid / 8 + 16 j.
-    constexpr int kUnitsPerRow = kActAtomBytes / 16, kRowsPerPass = kProducerThreads / kUnitsPerRow;
-    const int unit = ptid % kUnitsPerRow;
-    const uint32_t act_stage = c.act_base + ring.stage * S::kActStage;
-#pragma unroll 4
-    for (int r = ptid / kUnitsPerRow; r < tile.rows; r += kRowsPerPass) {
-      const uint32_t dst = act_stage + r * kActAtomBytes + ((unit ^ (r % 8)) * 16);
-      if constexpr (O == Operand::Bf16) {
-        const __nv_bfloat16* src = plan.act + int64_t(c.tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 8;
+    // units into the 128B swizzle (unit ^ row % 8, the same for all of this
+    // thread's rows ptid / 8 + 16 j).
+    using Src = ProducerSources<P, O, kBlockN>;
+    const int first = ptid / Src::kUnitsPerRow, unit = ptid % Src::kUnitsPerRow;
+    const uint32_t dst = c.act_base + ring.stage * S::kActStage + first * kActAtomBytes + ((unit ^ (first % 8)) * 16);
+    const uint8_t* base = O == Operand::Bf16 ? reinterpret_cast<const uint8_t*>(plan.act) : plan.act_fp8;
+    const uint32_t stage_units = uint32_t(ks) * (kStageK * (O == Operand::Bf16 ? 2 : 1) / 16);
 #pragma unroll
-        for (int ch = 0; ch < kStageChunks; ++ch)
-          ptx::cp_async_16_shared(dst + ch * S::kActChunk, src + ch * kMmaChunkK);
-      } else {
-        ptx::cp_async_16_shared(dst, plan.act_fp8 + int64_t(c.tile_rows[r]) * plan.ld_act + ks * kStageK + unit * 16);
-      }
+    for (int j = 0; j < Src::kRows; ++j) {
+      if (j >= src.rows) break;
+      const uint8_t* row = base + uint64_t(src.unit16[j] + stage_units) * 16;
+#pragma unroll
+      for (int ch = 0; ch < kActRowsPerStage<O>; ++ch)
+        ptx::cp_async_16_shared(dst + j * Src::kRowsPerPass * kActAtomBytes + ch * S::kActChunk, row + ch * kActAtomBytes);
     }
   }
   if constexpr (C::kCpAsync) ptx::cp_async_mbarrier_arrive_noinc(full);
@@ -423,7 +452,9 @@ __device__ __forceinline__ void producer(const GroupedGemmPlan& plan, const Wgmm
   for (int32_t t = blockIdx.x; t < c.total; t += gridDim.x, meta_ring.advance()) {
     const Tile tile = c.tile(t, mode);
     produce_tile_meta(plan, c, tile, meta_ring, ptid);
-    for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance()) produce_stage(plan, maps, c, tile, ks, ring, ptid);
+    const ProducerSources<P, O, kBlockN> src = producer_sources(plan, c, tile, ptid);
+    for (int64_t ks = 0; ks < c.k_stages; ++ks, ring.advance())
+      produce_stage(plan, maps, c, tile, src, ks, ring, ptid);
   }
   if constexpr (C::kCpAsync) ptx::cp_async_wait<0>();
 }
@@ -510,47 +541,48 @@ __device__ __forceinline__ void consume_tile(const Cta<P, Operand::Bf16, kBlockN
 // scale per position) the four k32 wgmmas sum into `part` (the first
 // overwrites it), then acc += part * scale of each position in FP32: the
 // promotion that keeps the tensor cores' FP8 sums short, and the only place
-// the operand scales enter. NOTES: chunk 1's A fragments are converted while
-// chunk 0's wgmmas run, and the next stage's chunk 0 while chunk 1's run;
-// the promotion waits for every wgmma of the stage (the other consumer
-// warpgroup keeps the tensor cores busy meanwhile).
+// the operand scales enter. NOTES: the A fragments live in two buffers of a
+// whole stage: all four wgmmas of a stage go out at once and the next
+// stage's fragments are converted while they run, so the promotion is the
+// only work between a stage's last wgmma and the next stage's first.
 template <Projection P, int kBlockN>
-__device__ __forceinline__ void consume_tile_fp8(const Cta<P, Operand::Fp8, kBlockN>& c,
-                                                 RingPosition<Smem<Operand::Fp8, kBlockN>::kStages>& ring, int wg,
-                                                 int wwarp, int lane, uint32_t bias_g, uint32_t bias_g8,
-                                                 float (&acc)[kBlockN / 2]) {
+struct Fp8Consumer {
   using C = Cta<P, Operand::Fp8, kBlockN>;
   using S = typename C::S;
-  const int tig = lane % 4;
-  float part[kBlockN / 2];
-  uint32_t a[2][2][4];  // [chunk][k32 step][register]
-  ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
-  if constexpr (C::kGather) ptx::fence_proxy_async_shared();
-  dequant_a_fp8(c, ring.stage, 0, wg, wwarp, lane, bias_g, bias_g8, a[0]);
-  for (int64_t ks = 0; ks < c.k_stages; ++ks) {
-    const uint64_t act_desc = ptx::smem_desc_advance(c.act_desc0, ring.stage * S::kActStage);
+  const C& c;
+  int wg, wwarp, lane;
+  uint32_t bias_g, bias_g8;
+
+  __device__ __forceinline__ void convert(int stage, uint32_t (&a)[kStageChunks][2][4]) const {
 #pragma unroll
-    for (int ch = 0; ch < kStageChunks; ++ch) {
-      ptx::wgmma_fence();
+    for (int ch = 0; ch < kStageChunks; ++ch) dequant_a_fp8(c, stage, ch, wg, wwarp, lane, bias_g, bias_g8, a[ch]);
+  }
+
+  // One stage on the fragments in `cur`, converting the next stage's into `next`.
+  __device__ __forceinline__ void stage(RingPosition<S::kStages>& ring, int64_t ks, float (&part)[kBlockN / 2],
+                                        float (&acc)[kBlockN / 2], const uint32_t (&cur)[kStageChunks][2][4],
+                                        uint32_t (&next)[kStageChunks][2][4]) const {
+    const uint64_t act_desc = ptx::smem_desc_advance(c.act_desc0, ring.stage * S::kActStage);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int ch = 0; ch < kStageChunks; ++ch)
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        wgmma_fp8_rs<kBlockN>(part, a[ch][u], ptx::smem_desc_advance(act_desc, ch * kMmaChunkK + u * 32),
+        wgmma_fp8_rs<kBlockN>(part, cur[ch][u], ptx::smem_desc_advance(act_desc, ch * kMmaChunkK + u * 32),
                               ch + u > 0);
-      ptx::wgmma_commit_group();
-      if (ch == 0) dequant_a_fp8(c, ring.stage, 1, wg, wwarp, lane, bias_g, bias_g8, a[1]);
-    }
-    ptx::wgmma_wait_group<1>();  // chunk 0 done: its registers are free
+    ptx::wgmma_commit_group();
     if (ks + 1 < c.k_stages) {
-      RingPosition<C::kStages> next = ring;
-      next.advance();
-      ptx::mbarrier_wait_parity(c.full_bar + 8 * next.stage, next.phase);
+      RingPosition<S::kStages> n = ring;
+      n.advance();
+      ptx::mbarrier_wait_parity(c.full_bar + 8 * n.stage, n.phase);
       if constexpr (C::kGather) ptx::fence_proxy_async_shared();
-      dequant_a_fp8(c, next.stage, 0, wg, wwarp, lane, bias_g, bias_g8, a[0]);
+      convert(n.stage, next);
     }
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) ptx::wgmma_fence_operand(part[i]);
     const uint32_t scale_base = c.act_scale_base + ring.stage * S::kActScaleStage;
+    const int tig = lane % 4;
 #pragma unroll
     for (int n = 0; n < kBlockN / 8; ++n) {
       const float2 s = ptx::ld_shared_v2_f32(scale_base + uint32_t(8 * n + 2 * tig) * 4);
@@ -562,6 +594,23 @@ __device__ __forceinline__ void consume_tile_fp8(const Cta<P, Operand::Fp8, kBlo
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(c.empty_bar + 8 * ring.stage);
     ring.advance();
+  }
+};
+
+template <Projection P, int kBlockN>
+__device__ __forceinline__ void consume_tile_fp8(const Cta<P, Operand::Fp8, kBlockN>& c,
+                                                 RingPosition<Smem<Operand::Fp8, kBlockN>::kStages>& ring, int wg,
+                                                 int wwarp, int lane, uint32_t bias_g, uint32_t bias_g8,
+                                                 float (&acc)[kBlockN / 2]) {
+  const Fp8Consumer<P, kBlockN> f{c, wg, wwarp, lane, bias_g, bias_g8};
+  float part[kBlockN / 2];
+  uint32_t a0[kStageChunks][2][4], a1[kStageChunks][2][4];  // [chunk][k32 step][register], even / odd stages
+  ptx::mbarrier_wait_parity(c.full_bar + 8 * ring.stage, ring.phase);
+  if constexpr (Fp8Consumer<P, kBlockN>::C::kGather) ptx::fence_proxy_async_shared();
+  f.convert(ring.stage, a0);
+  for (int64_t ks = 0; ks < c.k_stages; ks += 2) {
+    f.stage(ring, ks, part, acc, a0, a1);
+    if (ks + 1 < c.k_stages) f.stage(ring, ks + 1, part, acc, a1, a0);
   }
 }
 
