@@ -45,11 +45,11 @@ class Moe:
     """
 
     def __init__(self, weights: MoeWeights, device="cpu", *, threads: int = 0, max_tokens: int = 8192,
-                 checked: bool = False, consume: bool = False, has_router: bool = True):
+                 checked: bool = False, consume: bool = False, has_router: bool = True, fp8_mma: bool = False):
         backend, index = _parse_device(device)
         self._device = "cpu" if backend == "cpu" else f"cuda:{index}"
         self._has_router = has_router
-        self._impl = _C.Moe(weights, backend, index, threads, max_tokens, checked, consume)
+        self._impl = _C.Moe(weights, backend, index, threads, max_tokens, checked, consume, fp8_mma)
         self._config = self._impl.config
 
     # ---- construction --------------------------------------------------
@@ -93,6 +93,12 @@ class Moe:
     @property
     def backend(self) -> str:
         return self._impl.backend
+
+    @property
+    def prefill_mma(self) -> str:
+        """The routed experts' prefill GEMM form chosen at load: "fp8", "bf16",
+        "bf16 (<why not fp8>)", or "none" on the CPU (docs/kernels.md)."""
+        return self._impl.prefill_mma
 
     # ---- forward ---------------------------------------------------------
     def forward(self, x, topk_ids=None, topk_weights=None, token_ids=None, *, return_topk: bool = False,
@@ -172,7 +178,7 @@ def load_moe(model_dir: str, layer: int, device="cpu", *, static_input_scales: b
     static_input_scales=True quantizes activations with the checkpoint's
     input_scale instead of per token. first_expert/expert_count load one
     expert-parallel rank's experts; mtp=True loads MTP block `layer`.
-    options: threads, max_tokens, checked."""
+    options: threads, max_tokens, checked, fp8_mma."""
     weights = load_moe_weights(model_dir, layer, static_input_scales=static_input_scales,
                                first_expert=first_expert, expert_count=expert_count, mtp=mtp)
     return Moe(weights, device, consume=True, **options)

@@ -310,20 +310,24 @@ void bind_engine(nb::module_& m) {
       .def(
           "__init__",
           [](Moe* self, MoeWeights& weights, const std::string& backend, int device_index, int threads,
-             int64_t max_tokens, bool checked, bool consume) {
+             int64_t max_tokens, bool checked, bool consume, bool fp8_mma) {
             MoeOptions o;
             o.backend = parse_backend(backend);
             o.device = device_index;
             o.threads = threads;
             o.max_tokens = max_tokens;
             o.checked = checked;
+            o.fp8_mma = fp8_mma;
             nb::gil_scoped_release release;
             if (consume) new (self) Moe(std::move(weights), o);
             else new (self) Moe(MoeWeights(weights), o);
           },
           nb::arg("weights"), nb::arg("backend") = "cpu", nb::arg("device_index") = 0, nb::arg("threads") = 0,
           nb::arg("max_tokens") = 8192, nb::arg("checked") = false, nb::arg("consume") = false,
-          "consume=True moves the weights in (the MoeWeights object is left empty) instead of copying them.")
+          nb::arg("fp8_mma") = false,
+          "consume=True moves the weights in (the MoeWeights object is left empty) instead of copying them; "
+          "fp8_mma=True: the FP8 form of the prefill GEMM where the weights allow it (MoeOptions::fp8_mma).")
+      .def_prop_ro("prefill_mma", [](const Moe& e) { return e.prefill_mma(); })
       .def_prop_ro("config", [](const Moe& e) { return e.config(); })
       .def_prop_ro("backend", [](const Moe& e) { return std::string(backend_name(e.backend())); })
       .def(

@@ -96,6 +96,7 @@ def test_synthetic_layer_and_config_access():
     c = moe.config
     assert (c.hidden, c.intermediate, c.experts, c.top_k, c.shared_experts) == (64, 32, 8, 2, 1)
     assert c.swiglu_limit == 10.0 and moe.device == "cpu" and moe.backend == "cpu"
+    assert moe.prefill_mma == "none"  # the CPU backend has no tensor-core forms
     c.hidden = 128  # a copy: the layer keeps its own
     assert moe.config.hidden == 64
     y = moe(np.zeros((3, 64), np.float32))
