@@ -164,11 +164,15 @@ void print_layers(const std::vector<MoeLayerSummary>& layers) {
 
 // Per layer: how many routed experts have every row of both projections as
 // E4M3 values times a power of two, the shifts, and the first that has not.
+// Also the condition of the FP8 form of the prefill GEMM (`run --fp8-mma`),
+// which leaves NVFP4's g to the FP32 epilogue: the same check with g = 1
+// (for MXFP4 the same count).
 struct Fp8ExactLayer {
   std::string block;
-  int64_t experts = 0, exact = 0;
+  int64_t experts = 0, exact = 0, prefill = 0;
   int shift_min = 0, shift_max = 0;
-  std::string first;  // "expert E w3: row R: ..." of the first expert that is not
+  std::string first;          // "expert E w3: row R: ..." of the first expert that is not
+  std::string first_prefill;  // the same for the prefill form's condition
 };
 
 Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
@@ -185,10 +189,13 @@ Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
   bool any_shift = false;
   // Rows of one projection of expert e (its w1, w3 or w2, one g each):
   // their shifts into the range, or the reason the expert is not exact.
+  const float one = 1.0f;
+  bool prefill = false;  // checking the prefill form's condition: g = 1, shifts not recorded
   auto check = [&](const char* name, int64_t e, const uint8_t* codes, const uint8_t* scales, const float* g,
                    int64_t rows, int64_t cols) {
-    const E4m3RowShifts r = e4m3_row_shifts(codes, scales, block, mx ? nullptr : g, 0, rows, cols);
+    const E4m3RowShifts r = e4m3_row_shifts(codes, scales, block, mx ? nullptr : (prefill ? &one : g), 0, rows, cols);
     if (!r.exact) return "expert " + std::to_string(x.first_expert + e) + " " + name + ": " + r.why;
+    if (prefill) return std::string();
     for (const int16_t v : r.shift) {
       out.shift_min = any_shift ? std::min(out.shift_min, int(v)) : int(v);
       out.shift_max = any_shift ? std::max(out.shift_max, int(v)) : int(v);
@@ -196,7 +203,7 @@ Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
     }
     return std::string();
   };
-  for (int64_t e = 0; e < x.count; ++e) {
+  auto expert = [&](int64_t e) {
     const uint8_t* c13 = x.w13_codes.data() + e * 2 * I * (H / 2);
     const uint8_t* s13 = x.w13_scales.data() + e * 2 * I * (H / block);
     const float* g13 = mx ? nullptr : &x.w13_global[size_t(2 * e)];
@@ -205,10 +212,27 @@ Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
     if (why.empty())
       why = check("w2", e, x.w2_codes.data() + e * H * (I / 2), x.w2_scales.data() + e * H * (I / block),
                   mx ? nullptr : &x.w2_global[size_t(e)], H, I);
+    return why;
+  };
+  for (int64_t e = 0; e < x.count; ++e) {
+    const std::string why = expert(e);
     if (why.empty())
       ++out.exact;
     else if (out.first.empty())
       out.first = why;
+  }
+  if (mx) {  // no global scale: the same rows
+    out.prefill = out.exact;
+    out.first_prefill = out.first;
+    return out;
+  }
+  prefill = true;
+  for (int64_t e = 0; e < x.count; ++e) {
+    const std::string why = expert(e);
+    if (why.empty())
+      ++out.prefill;
+    else if (out.first_prefill.empty())
+      out.first_prefill = why;
   }
   return out;
 }
@@ -319,9 +343,11 @@ void print_json(const ModelDir& dir, const Inspection& r, bool summary) {
       Value v = Value::object({{"block", Value::string(l.block)},
                                {"experts", Value::integer(l.experts)},
                                {"exact_experts", Value::integer(l.exact)},
+                               {"fp8_prefill_experts", Value::integer(l.prefill)},
                                {"shift_min", Value::integer(l.shift_min)},
                                {"shift_max", Value::integer(l.shift_max)}});
       if (!l.first.empty()) v.set("first_inexact", Value::string(l.first));
+      if (!l.first_prefill.empty()) v.set("first_not_fp8_prefill", Value::string(l.first_prefill));
       f.push(std::move(v));
     }
     root.set("fp8_exact", std::move(f));
@@ -377,6 +403,9 @@ void print_text(const ModelDir& dir, const Inspection& r, bool summary) {
       if (l.exact > 0) std::printf(", shifts r %d..%d", l.shift_min, l.shift_max);
       std::printf("\n");
       if (!l.first.empty()) std::printf("    first that is not: %s\n", l.first.c_str());
+      std::printf("    FP8 prefill form (run --fp8-mma, g left to the epilogue): %lld of %lld experts%s\n",
+                  (long long)l.prefill, (long long)l.experts, l.prefill == l.experts ? ", the layer qualifies" : "");
+      if (!l.first_prefill.empty()) std::printf("    first that does not: %s\n", l.first_prefill.c_str());
     }
   }
 }

@@ -155,14 +155,15 @@ TEST_F(Mxfp4Mtp, HuggingFaceLayerWithMxfp4ExpertsLoads) {
     }
 }
 
-// Experts of a loaded layer whose two projections pass the reference check.
-int64_t reference_exact_experts(const ExpertWeights& x) {
+// Experts of a loaded layer whose two projections pass the reference check
+// (unit_g: with NVFP4's global scales taken as 1, the FP8 prefill form's condition).
+int64_t reference_exact_experts(const ExpertWeights& x, bool unit_g = false) {
   const int block = int(x.scale_block());
   const int64_t H = x.hidden, I = x.intermediate;
   int64_t n = 0;
   for (int64_t e = 0; e < x.count; ++e) {
     std::vector<float> g13(size_t(2 * I), 1.0f), g2(size_t(H), 1.0f);
-    if (x.format == ExpertFormat::Nvfp4) {
+    if (x.format == ExpertFormat::Nvfp4 && !unit_g) {
       for (int64_t r = 0; r < 2 * I; ++r) g13[size_t(r)] = x.w13_global[size_t(2 * e + (r >= I ? 1 : 0))];
       for (auto& v : g2) v = x.w2_global[size_t(e)];
     }
@@ -212,6 +213,7 @@ TEST_F(Mxfp4Mtp, InspectFp8ExactCountsExpertsAsTheReferenceDoes) {
     const int64_t want = reference_exact_experts(w.experts);
     EXPECT_EQ(entry->find("experts")->as_int(), w.experts.count) << s.block;
     EXPECT_EQ(entry->find("exact_experts")->as_int(), want) << s.block;
+    EXPECT_EQ(entry->find("fp8_prefill_experts")->as_int(), reference_exact_experts(w.experts, true)) << s.block;
     if (s.mtp) {
       EXPECT_GE(want, 1);  // expert 0
       EXPECT_LT(want, w.experts.count);  // expert 1
@@ -228,6 +230,7 @@ TEST_F(Mxfp4Mtp, InspectFp8ExactCountsExpertsAsTheReferenceDoes) {
   const test::ToolRun t = test::run_tool("inspect " + a() + " --summary --fp8-exact");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("an FP8 tensor-core path's condition"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("FP8 prefill form (run --fp8-mma"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("mtp.0"), std::string::npos);
 }
 
