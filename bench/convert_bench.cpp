@@ -101,24 +101,38 @@ int main(int argc, char** argv) {
               "%.1f s)\n%-10s %-8s %10s %10s %10s %10s %10s %8s\n",
               (long long)H, (long long)I, (long long)E, in_gb, seconds_since(t0), "mode", "device", "device ms",
               "kernels", "upload", "download", "wall s", "uploads");
+  // GPU rows with one worker and with convert --device cuda's four (device
+  // ms then sums the workers' streams, which overlap).
   for (const bool lossless : {false, true})
-    for (const bool gpu : {true, false}) {
+    for (const int workers : {1, 4, 0}) {  // 0: the host
+      const bool gpu = workers > 0;
       if (!gpu && !with_cpu) continue;
       ConvertOptions o;
       o.lossless = lossless;
-      auto q = std::make_shared<cuda::DeviceQuantizer>(0);
+      std::vector<std::shared_ptr<cuda::DeviceQuantizer>> qs;
       if (gpu) {
-        q->enable_timing();
-        o.numerics = cuda::device_convert_numerics(q);
+        o.workers = workers;
+        o.make_numerics = [&qs] {
+          qs.push_back(std::make_shared<cuda::DeviceQuantizer>(0));
+          qs.back()->enable_timing();
+          return cuda::device_convert_numerics(qs.back());
+        };
       }
-      const std::string out = dir + "/out-" + std::to_string(int(lossless)) + std::to_string(int(gpu));
+      const std::string out = dir + "/out-" + std::to_string(int(lossless)) + std::to_string(workers);
       t0 = std::chrono::steady_clock::now();
       convert_mxfp4_to_nvfp4(dir + "/in", out, o);
       const double wall = seconds_since(t0);
-      const cuda::DeviceQuantizerTimes t = q->times();
+      cuda::DeviceQuantizerTimes t{};
+      for (const auto& q : qs) {
+        const cuda::DeviceQuantizerTimes u = q->times();
+        t.upload_ms += u.upload_ms;
+        t.kernel_ms += u.kernel_ms;
+        t.download_ms += u.download_ms;
+        t.uploads += u.uploads;
+      }
       const char* mode = lossless ? "lossless" : "amax";
       if (gpu)
-        std::printf("%-10s %-8s %10.1f %10.1f %10.1f %10.1f %10.2f %8lld\n", mode, "cuda",
+        std::printf("%-10s cuda x%-2d %10.1f %10.1f %10.1f %10.1f %10.2f %8lld\n", mode, workers,
                     t.upload_ms + t.kernel_ms + t.download_ms, t.kernel_ms, t.upload_ms, t.download_ms, wall,
                     (long long)t.uploads);
       else

@@ -6,10 +6,16 @@
 #include "checkpoint/convert.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "checkpoint/convert_expert.hpp"
 #include "checkpoint/model_files.hpp"
@@ -149,6 +155,34 @@ std::optional<float> input_amax(const Plan& plan, const ConvertOptions& o, const
   return fb->second;
 }
 
+// Jobs 0..n-1 over one thread per numerics instance (the calling thread
+// alone when there is one); the first exception is rethrown after all stop.
+void run_workers(const std::vector<ConvertNumerics>& nums, int64_t n,
+                 const std::function<void(const ConvertNumerics&, int64_t)>& job) {
+  if (nums.size() == 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) job(nums[0], i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < nums.size() && int64_t(k) < n; ++k)
+    threads.emplace_back([&, k] {
+      for (int64_t i; (i = next.fetch_add(1)) < n;) {
+        try {
+          job(nums[k], i);
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(mu);
+          if (!error) error = std::current_exception();
+          next = n;  // the others stop at their next job
+        }
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 Plan make_plan(const ModelDir& dir, const ConvertOptions& o) {
   Plan plan;
   for (const std::string& name : dir.tensor_names()) {
@@ -189,7 +223,12 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
   const std::string hf_quant =
       json::dump(json::Value::object({{"producer", producer()}, {"quantization", manifest}}), 2);
 
-  const ConvertNumerics num = o.numerics ? *o.numerics : host_convert_numerics(o.threads);
+  std::vector<ConvertNumerics> nums;  // one per worker
+  if (o.make_numerics)
+    for (int i = 0; i < std::max(1, o.workers); ++i) nums.push_back(o.make_numerics());
+  else
+    nums.push_back(o.numerics ? *o.numerics : host_convert_numerics(o.threads));
+  const ConvertNumerics& num = nums[0];
   WeightStats stats{dir, num, {}, {}};
   ConvertReport report;
   const int64_t shard_count = int64_t(model_shard_files(in).size());
@@ -199,29 +238,73 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
   spec.config_edit = [&](const std::string& text) { return edit_config(text, manifest); };
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
     int64_t converted = 0, passed = 0;
-    for (const TensorInfo& t : src.tensors()) {
+    auto is_converted = [&](const TensorInfo& t) {
       const bool is_weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+      return is_weight && plan.paths.count(strip_weight(t.name)) > 0;
+    };
+    // The shard's expert weights, converted by the workers in two rounds:
+    // the amaxes (or k_max) of them and of their siblings not known yet,
+    // then the NVFP4 tensors; added to the output in file order after.
+    std::vector<std::string> paths, stat_paths;
+    for (const TensorInfo& t : src.tensors())
+      if (is_converted(t)) paths.push_back(strip_weight(t.name));
+    for (const std::string& p : paths) {
+      const std::string sib = sibling13(p);
+      for (const std::string& q : {p, !sib.empty() && plan.paths.count(sib) ? sib : std::string()})
+        if (!q.empty() && !(o.lossless ? stats.kmaxes.count(q) : stats.amaxes.count(q) || find_amax(o, q, "weight")))
+          stat_paths.push_back(q);
+    }
+    std::sort(stat_paths.begin(), stat_paths.end());
+    stat_paths.erase(std::unique(stat_paths.begin(), stat_paths.end()), stat_paths.end());
+    std::vector<float> stat_amax(stat_paths.size());
+    std::vector<int> stat_kmax(stat_paths.size());
+    run_workers(nums, int64_t(stat_paths.size()), [&](const ConvertNumerics& n, int64_t i) {
+      const Mxfp4WeightView v = read_mxfp4_weight(dir, stat_paths[size_t(i)]);
+      if (o.lossless)
+        stat_kmax[size_t(i)] = n.kmax(v);
+      else
+        stat_amax[size_t(i)] = n.amax(v);
+    });
+    for (size_t i = 0; i < stat_paths.size(); ++i)
+      if (o.lossless)
+        stats.kmaxes.emplace(stat_paths[i], stat_kmax[i]);
+      else
+        stats.amaxes.emplace(stat_paths[i], stat_amax[i]);
+    // The per-weight parameters, from the stats (map lookups: on this thread).
+    std::vector<float> g(paths.size());
+    std::vector<int> m(paths.size());
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (o.lossless) {
+        int kmax = stats.kmax(paths[i]);
+        const std::string sib = sibling13(paths[i]);
+        if (!sib.empty() && plan.paths.count(sib)) kmax = std::max(kmax, stats.kmax(sib));
+        m[i] = kmax - 8;
+      } else {
+        g[i] = global_scale_for_amax(weight_amax(stats, plan, o, paths[i]));
+      }
+    }
+    std::vector<Nvfp4Tensor> results(paths.size());
+    run_workers(nums, int64_t(paths.size()), [&](const ConvertNumerics& n, int64_t i) {
+      const Mxfp4WeightView v = read_mxfp4_weight(dir, paths[size_t(i)]);
+      results[size_t(i)] = o.lossless ? n.cast_lossless(v, m[size_t(i)]) : n.requantize(v, g[size_t(i)]);
+    });
+    size_t next = 0;
+    for (const TensorInfo& t : src.tensors()) {
       const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
       if (is_scale && plan.paths.count(t.name.substr(0, t.name.size() - 6))) continue;  // the .scale sibling: dropped
-      if (!is_weight || !plan.paths.count(strip_weight(t.name))) {
+      if (!is_converted(t)) {
         w.add(t.name, t.dtype, t.shape, t.data);  // passed through byte for byte
         ++passed;
         continue;
       }
       const std::string path = strip_weight(t.name);
       const Mxfp4WeightView v = read_mxfp4_weight(dir, path);
-      Nvfp4Tensor q;
+      Nvfp4Tensor q = std::move(results[next++]);
       if (o.lossless) {
-        int kmax = stats.kmax(path);
-        const std::string sib = sibling13(path);
-        if (!sib.empty() && plan.paths.count(sib)) kmax = std::max(kmax, stats.kmax(sib));
-        q = num.cast_lossless(v, kmax - 8);
         report.exact_blocks += q.exact_blocks;
         if (q.exact_blocks != q.blocks)
           report.inexact.push_back(t.name + ": " + std::to_string(q.blocks - q.exact_blocks) + " of " +
                                    std::to_string(q.blocks) + " blocks requantized");
-      } else {
-        q = num.requantize(v, global_scale_for_amax(weight_amax(stats, plan, o, path)));
       }
       report.blocks += q.blocks;
       w.add_owned(t.name, DType::U8, {v.rows, v.cols / 2}, std::move(q.codes));

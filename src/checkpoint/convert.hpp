@@ -35,6 +35,12 @@ struct ConvertOptions {
   // (host_convert_numerics(threads)). `nvfp4moe convert --device cuda` passes
   // the GPU's, which give the same bytes.
   std::optional<ConvertNumerics> numerics;
+  // With make_numerics set, `workers` of them convert a shard's expert
+  // weights at once, each with its own numerics (a GPU's: its own stream and
+  // buffers, so that one worker's copies overlap another's kernels); the
+  // bytes are the same as one worker's.
+  std::function<ConvertNumerics()> make_numerics;
+  int workers = 1;
   std::function<void(const std::string&)> progress;  // one line per shard
 };
 

@@ -23,7 +23,7 @@ namespace {
 void print_usage() {
   std::printf(
       "usage: nvfp4moe convert --to nvfp4 IN OUT [--lossless] [--include-mtp] [--amax AMAX.safetensors]\n"
-      "                        [--threads N] [--device cpu|cuda]\n"
+      "                        [--threads N] [--device cpu|cuda] [--workers N]\n"
       "IN: DeepSeek's MXFP4 release (shards + index, official names); OUT: a new directory with the same\n"
       "shards where every routed-expert weight layers.L.ffn.experts.E.w1|w2|w3 is NVFP4 (weight,\n"
       "weight_scale, weight_scale_2 [, input_scale]) and every other tensor is copied byte for byte;\n"
@@ -35,8 +35,12 @@ void print_usage() {
       "--amax: calibration amaxes, F32 scalars named as ModelOpt dumps them\n"
       "(<block>.ffn.experts.<e>.<wN>_{weight,input}_quantizer._amax); input_scale is written only then.\n"
       "--device cuda: MXFP4 decode, amaxes, NVFP4 quantization and the lossless cast on the GPU (the same\n"
-      "bytes as on the host).\n");
+      "bytes as on the host); --workers N (default 4) expert weights at once, each on its own stream.\n");
 }
+
+// --device cuda: expert weights converted at once by default, each worker
+// with its own quantizer (bench/convert_bench.cpp measures 1 against 4).
+constexpr int kGpuWorkers = 4;
 
 // Where the numerics run: the host's (--threads), or the GPU's.
 std::optional<ConvertNumerics> make_numerics(const std::string& device) {
@@ -53,7 +57,7 @@ std::optional<ConvertNumerics> make_numerics(const std::string& device) {
 int cmd_convert(int argc, char** argv) {
   const Args args(argc, argv,
                   {flag("help"), choice("to", {"nvfp4"}), flag("lossless"), flag("include-mtp"), text("amax"),
-                   integer("threads", 1, kMaxThreads), choice("device", {"cpu", "cuda"})},
+                   integer("threads", 1, kMaxThreads), choice("device", {"cpu", "cuda"}), integer("workers", 1, 64)},
                   2);
   if (args.has("help")) {
     print_usage();
@@ -69,6 +73,12 @@ int cmd_convert(int argc, char** argv) {
   o.include_mtp = args.has("include-mtp");
   o.threads = int(args.get_int("threads", 0));  // 0: every core
   o.numerics = make_numerics(args.get("device", "cpu"));  // before any output: no GPU is an error here
+#ifdef NVFP4MOE_HAS_CUDA
+  if (o.numerics) {  // the GPU: several workers, each with its own quantizer (stream, buffers)
+    o.make_numerics = [] { return cuda::device_convert_numerics(std::make_shared<cuda::DeviceQuantizer>(0)); };
+    o.workers = int(args.get_int("workers", kGpuWorkers));
+  }
+#endif
   if (const auto amax = args.value("amax")) {
     const SafetensorsFile f(*amax);
     for (const TensorInfo& t : f.tensors()) {

@@ -14,6 +14,7 @@
 #include "checkpoint/convert.hpp"
 #include "checkpoint/model_fixture.hpp"
 #include "checkpoint/mxfp4_release.hpp"
+#include "checkpoint/mxfp4_weights.hpp"
 #include "common/json.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/format.hpp"
@@ -209,6 +210,45 @@ TEST(Convert, LosslessCastKeepsRowsE4m3TimesAPowerOfTwo) {
       amax_inexact += !nvfp4_shifts(amax, path, m.rows, m.cols).exact;
     }
   EXPECT_GT(amax_inexact, 0);
+}
+
+// Several workers, each with its own numerics, write the same files as one;
+// an error in one worker's job is reported once, naming its tensor.
+TEST(Convert, WorkersWriteTheSameBytesAsOne) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng rng(seed);
+  ScratchDir d;
+  write_release(make_release(rng, 6), d / "in");
+  for (const bool lossless : {false, true}) {
+    const std::string one = d / (lossless ? "one-l" : "one"), three = d / (lossless ? "three-l" : "three");
+    ConvertOptions a;
+    a.lossless = lossless;
+    convert_mxfp4_to_nvfp4(d / "in", one, a);
+    ConvertOptions b = a;
+    int made = 0;
+    b.make_numerics = [&made] {
+      ++made;
+      return host_convert_numerics(1);
+    };
+    b.workers = 3;
+    const ConvertReport rep = convert_mxfp4_to_nvfp4(d / "in", three, b);
+    EXPECT_EQ(made, 3);
+    EXPECT_EQ(rep.experts_converted, 3 * kE);
+    for (const auto& f : std::filesystem::directory_iterator(one)) {
+      if (!f.is_regular_file()) continue;
+      const std::string name = f.path().filename().string();
+      EXPECT_EQ(test::read_bytes(f.path().string()), test::read_bytes(three + "/" + name)) << name;
+    }
+  }
+  ConvertOptions bad;
+  bad.make_numerics = [] {
+    ConvertNumerics n = host_convert_numerics(1);
+    n.amax = [](const Mxfp4WeightView&) -> float { NVFP4_FAIL("numerics refused the weight"); };
+    return n;
+  };
+  bad.workers = 2;
+  EXPECT_ERROR_CONTAINS(convert_mxfp4_to_nvfp4(d / "in", d / "bad", bad), "numerics refused the weight");
 }
 
 TEST(Convert, CommandLineWritesProgressAndRefusesOtherTargets) {
