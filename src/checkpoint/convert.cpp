@@ -236,91 +236,108 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
   spec.copy_directories = true;
   spec.extra_files = {{"hf_quant_config.json", hf_quant}};
   spec.config_edit = [&](const std::string& text) { return edit_config(text, manifest); };
+  // Per shard: the pass-through tensors go into the writer with their bytes,
+  // the converted ones as deferred tensors that the filler computes and
+  // writes during SafetensorsWriter::write: the workers take the amaxes (or
+  // k_max) not known yet, then each converts a weight and writes it at its
+  // offset at once, so the GPU's copies and kernels, the reads of the
+  // mapped input and the writes overlap. Outputs keep the file order.
+  struct Item {
+    std::string name, path;
+    int64_t rows = 0, cols = 0;
+    size_t codes = 0, scales = 0, g = 0;  // deferred tensor indices
+    int64_t blocks = 0, exact_blocks = 0;
+  };
   spec.transform = [&](const SafetensorsFile& src, SafetensorsWriter& w) {
-    int64_t converted = 0, passed = 0;
-    auto is_converted = [&](const TensorInfo& t) {
-      const bool is_weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
-      return is_weight && plan.paths.count(strip_weight(t.name)) > 0;
-    };
-    // The shard's expert weights, converted by the workers in two rounds:
-    // the amaxes (or k_max) of them and of their siblings not known yet,
-    // then the NVFP4 tensors; added to the output in file order after.
-    std::vector<std::string> paths, stat_paths;
-    for (const TensorInfo& t : src.tensors())
-      if (is_converted(t)) paths.push_back(strip_weight(t.name));
-    for (const std::string& p : paths) {
-      const std::string sib = sibling13(p);
-      for (const std::string& q : {p, !sib.empty() && plan.paths.count(sib) ? sib : std::string()})
-        if (!q.empty() && !(o.lossless ? stats.kmaxes.count(q) : stats.amaxes.count(q) || find_amax(o, q, "weight")))
-          stat_paths.push_back(q);
-    }
-    std::sort(stat_paths.begin(), stat_paths.end());
-    stat_paths.erase(std::unique(stat_paths.begin(), stat_paths.end()), stat_paths.end());
-    std::vector<float> stat_amax(stat_paths.size());
-    std::vector<int> stat_kmax(stat_paths.size());
-    run_workers(nums, int64_t(stat_paths.size()), [&](const ConvertNumerics& n, int64_t i) {
-      const Mxfp4WeightView v = read_mxfp4_weight(dir, stat_paths[size_t(i)]);
-      if (o.lossless)
-        stat_kmax[size_t(i)] = n.kmax(v);
-      else
-        stat_amax[size_t(i)] = n.amax(v);
-    });
-    for (size_t i = 0; i < stat_paths.size(); ++i)
-      if (o.lossless)
-        stats.kmaxes.emplace(stat_paths[i], stat_kmax[i]);
-      else
-        stats.amaxes.emplace(stat_paths[i], stat_amax[i]);
-    // The per-weight parameters, from the stats (map lookups: on this thread).
-    std::vector<float> g(paths.size());
-    std::vector<int> m(paths.size());
-    for (size_t i = 0; i < paths.size(); ++i) {
-      if (o.lossless) {
-        int kmax = stats.kmax(paths[i]);
-        const std::string sib = sibling13(paths[i]);
-        if (!sib.empty() && plan.paths.count(sib)) kmax = std::max(kmax, stats.kmax(sib));
-        m[i] = kmax - 8;
-      } else {
-        g[i] = global_scale_for_amax(weight_amax(stats, plan, o, paths[i]));
-      }
-    }
-    std::vector<Nvfp4Tensor> results(paths.size());
-    run_workers(nums, int64_t(paths.size()), [&](const ConvertNumerics& n, int64_t i) {
-      const Mxfp4WeightView v = read_mxfp4_weight(dir, paths[size_t(i)]);
-      results[size_t(i)] = o.lossless ? n.cast_lossless(v, m[size_t(i)]) : n.requantize(v, g[size_t(i)]);
-    });
-    size_t next = 0;
+    auto items = std::make_shared<std::vector<Item>>();
+    int64_t passed = 0;
     for (const TensorInfo& t : src.tensors()) {
+      const bool is_weight = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       const bool is_scale = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0;
       if (is_scale && plan.paths.count(t.name.substr(0, t.name.size() - 6))) continue;  // the .scale sibling: dropped
-      if (!is_converted(t)) {
+      if (!is_weight || !plan.paths.count(strip_weight(t.name))) {
         w.add(t.name, t.dtype, t.shape, t.data);  // passed through byte for byte
         ++passed;
         continue;
       }
       const std::string path = strip_weight(t.name);
-      const Mxfp4WeightView v = read_mxfp4_weight(dir, path);
-      Nvfp4Tensor q = std::move(results[next++]);
-      if (o.lossless) {
-        report.exact_blocks += q.exact_blocks;
-        if (q.exact_blocks != q.blocks)
-          report.inexact.push_back(t.name + ": " + std::to_string(q.blocks - q.exact_blocks) + " of " +
-                                   std::to_string(q.blocks) + " blocks requantized");
-      }
-      report.blocks += q.blocks;
-      w.add_owned(t.name, DType::U8, {v.rows, v.cols / 2}, std::move(q.codes));
-      w.add_owned(path + ".weight_scale", DType::F8E4M3, {v.rows, v.cols / 16}, std::move(q.scales));
-      w.add_owned(path + ".weight_scale_2", DType::F32, {}, f32_bytes(q.g));
+      const Mxfp4WeightView v = read_mxfp4_weight(dir, path);  // checked here, before any output
+      Item it{t.name, path, v.rows, v.cols};
+      it.codes = w.add_deferred(t.name, DType::U8, {v.rows, v.cols / 2});
+      it.scales = w.add_deferred(path + ".weight_scale", DType::F8E4M3, {v.rows, v.cols / 16});
+      it.g = w.add_deferred(path + ".weight_scale_2", DType::F32, {});
       if (const std::optional<float> a = input_amax(plan, o, path))
         w.add_owned(path + ".input_scale", DType::F32, {}, f32_bytes(global_scale_for_amax(*a)));
-      ++converted;
+      items->push_back(std::move(it));
     }
+    const std::string shard_name = src.path().substr(src.path().rfind('/') + 1);
     ++report.shards;
-    report.experts_converted += converted;
+    report.experts_converted += int64_t(items->size());
     report.tensors_passed += passed;
-    if (o.progress)
-      o.progress("convert: shard " + std::to_string(report.shards) + "/" + std::to_string(shard_count) + " " +
-                 src.path().substr(src.path().rfind('/') + 1) + ": " + std::to_string(converted) +
-                 " expert weights to NVFP4, " + std::to_string(passed) + " tensors passed through");
+    const int64_t shard_index = report.shards;
+    w.set_filler([&, items, passed, shard_name, shard_index](SafetensorsStream& stream) {
+      std::vector<std::string> stat_paths;
+      auto known = [&](const std::string& q) {
+        return o.lossless ? stats.kmaxes.count(q) > 0 : stats.amaxes.count(q) > 0 || find_amax(o, q, "weight");
+      };
+      for (const Item& it : *items) {
+        const std::string sib = sibling13(it.path);
+        for (const std::string& q : {it.path, !sib.empty() && plan.paths.count(sib) ? sib : std::string()})
+          if (!q.empty() && !known(q)) stat_paths.push_back(q);
+      }
+      std::sort(stat_paths.begin(), stat_paths.end());
+      stat_paths.erase(std::unique(stat_paths.begin(), stat_paths.end()), stat_paths.end());
+      std::vector<float> stat_amax(stat_paths.size());
+      std::vector<int> stat_kmax(stat_paths.size());
+      run_workers(nums, int64_t(stat_paths.size()), [&](const ConvertNumerics& n, int64_t i) {
+        const Mxfp4WeightView v = read_mxfp4_weight(dir, stat_paths[size_t(i)]);
+        if (o.lossless)
+          stat_kmax[size_t(i)] = n.kmax(v);
+        else
+          stat_amax[size_t(i)] = n.amax(v);
+      });
+      for (size_t i = 0; i < stat_paths.size(); ++i)
+        if (o.lossless)
+          stats.kmaxes.emplace(stat_paths[i], stat_kmax[i]);
+        else
+          stats.amaxes.emplace(stat_paths[i], stat_amax[i]);
+      // The per-weight parameters (map lookups, on this thread), then the workers.
+      std::vector<float> g(items->size());
+      std::vector<int> m(items->size());
+      for (size_t i = 0; i < items->size(); ++i) {
+        const std::string& path = (*items)[i].path;
+        if (o.lossless) {
+          int kmax = stats.kmax(path);
+          const std::string sib = sibling13(path);
+          if (!sib.empty() && plan.paths.count(sib)) kmax = std::max(kmax, stats.kmax(sib));
+          m[i] = kmax - 8;
+        } else {
+          g[i] = global_scale_for_amax(weight_amax(stats, plan, o, path));
+        }
+      }
+      run_workers(nums, int64_t(items->size()), [&](const ConvertNumerics& n, int64_t i) {
+        Item& it = (*items)[size_t(i)];
+        const Mxfp4WeightView v = read_mxfp4_weight(dir, it.path);
+        const Nvfp4Tensor q = o.lossless ? n.cast_lossless(v, m[size_t(i)]) : n.requantize(v, g[size_t(i)]);
+        stream.write(it.codes, q.codes.data(), q.codes.size());
+        stream.write(it.scales, q.scales.data(), q.scales.size());
+        stream.write(it.g, &q.g, sizeof q.g);
+        it.blocks = q.blocks;
+        it.exact_blocks = q.exact_blocks;
+      });
+      for (const Item& it : *items) {
+        report.blocks += it.blocks;
+        if (!o.lossless) continue;
+        report.exact_blocks += it.exact_blocks;
+        if (it.exact_blocks != it.blocks)
+          report.inexact.push_back(it.name + ": " + std::to_string(it.blocks - it.exact_blocks) + " of " +
+                                   std::to_string(it.blocks) + " blocks requantized");
+      }
+      if (o.progress)
+        o.progress("convert: shard " + std::to_string(shard_index) + "/" + std::to_string(shard_count) + " " +
+                   shard_name + ": " + std::to_string(items->size()) + " expert weights to NVFP4, " +
+                   std::to_string(passed) + " tensors passed through");
+    });
   };
   rewrite_checkpoint(in, out, spec);
   return report;
