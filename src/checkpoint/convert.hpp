@@ -1,7 +1,8 @@
 // DeepSeek's MXFP4 release -> NVIDIA's NVFP4-expert checkpoint, as NVIDIA
 // ModelOpt's examples/deepseek/deepseek_v4/quantize_to_nvfp4.py writes it
 // (docs/checkpoints.md, "convert"). Streaming: one shard at a time, its
-// expert tensors converted on all threads; everything else byte for byte.
+// expert tensors converted by the workers and each written at its offset as
+// soon as it exists; everything else byte for byte.
 #pragma once
 
 #include <cstdint>
