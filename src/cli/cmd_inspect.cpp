@@ -214,26 +214,24 @@ Fp8ExactLayer fp8_exact_layer(const ModelDir& dir, const MoeLayerSummary& s) {
                   mx ? nullptr : &x.w2_global[size_t(e)], H, I);
     return why;
   };
-  for (int64_t e = 0; e < x.count; ++e) {
-    const std::string why = expert(e);
-    if (why.empty())
-      ++out.exact;
-    else if (out.first.empty())
-      out.first = why;
-  }
+  // Every expert: how many pass, and the first reason of one that does not.
+  auto count = [&](int64_t& passing, std::string& first) {
+    for (int64_t e = 0; e < x.count; ++e) {
+      const std::string why = expert(e);
+      if (why.empty())
+        ++passing;
+      else if (first.empty())
+        first = why;
+    }
+  };
+  count(out.exact, out.first);
   if (mx) {  // no global scale: the same rows
     out.prefill = out.exact;
     out.first_prefill = out.first;
     return out;
   }
   prefill = true;
-  for (int64_t e = 0; e < x.count; ++e) {
-    const std::string why = expert(e);
-    if (why.empty())
-      ++out.prefill;
-    else if (out.first_prefill.empty())
-      out.first_prefill = why;
-  }
+  count(out.prefill, out.first_prefill);
   return out;
 }
 
