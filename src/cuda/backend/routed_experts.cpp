@@ -92,7 +92,7 @@ std::string prefill_mma_name(const RoutedWeightsDevice& w, const MoeConfig& cfg)
   if (cfg.activation != ActivationMode::Fp8) return "bf16";
   if (w.fp8_prefill()) return "fp8";
   if (!w.fp8_refusal.empty()) return "bf16 (" + w.fp8_refusal + ")";
-  return cfg.activation == ActivationMode::Fp8 && !w.w13_frag.codes.size() ? "bf16 (no fragment layout)" : "bf16";
+  return w.w13_frag.codes.size() ? "bf16" : "bf16 (no fragment layout)";
 }
 
 RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, Capacity cap, RoutedKernels kernels,
@@ -123,8 +123,8 @@ RoutedExperts::RoutedExperts(RoutedWeightsDevice weights, const MoeConfig& cfg, 
   h_g_ = DeviceBuffer<float>(size_t(cap.pairs));
   h_deq_ = DeviceBuffer<__nv_bfloat16>(size_t(cap.pairs * ld_h_));
   // Kernel attributes are set here, not per launch: a forward stays graph-capturable.
-  prefill_mma_ = "none (reference kernels)";
   if (kernels_ == RoutedKernels::Reference) {
+    prefill_mma_ = "none (reference kernels)";
     x_codes_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 2));
     x_scales_ = DeviceBuffer<uint8_t>(size_t(cap.input_rows * H / 16));
     routed_experts_ref_prepare(H, I);
@@ -223,7 +223,9 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   p.down.y_pair = y_pair;
   p.down.topk_weights = pairs.pair_weights;
   if (fp8_ && !p.expand) {
-    const int32_t above = fp8_pairs_above(p.gemm);
+    // The E4M3 rows are needed exactly where the prefill GEMM runs: where the
+    // BF16 operand would be in k-slot order.
+    const int32_t above = p.gemm.operand_order(live_pairs).kslot_above;
     p.fp8 = above < std::numeric_limits<int32_t>::max();
     p.x_fp8 = Fp8OperandArgs{.in = act_.get(),
                              .ld_in = ld_act_,
@@ -252,15 +254,6 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
     p.down.ld_act_scale = I / kFp8OperandBlock;
   }
   return p;
-}
-
-// The live pair counts above which the prefill GEMM runs (its FP8 operand is
-// needed only then); int32 max when it never does.
-int32_t RoutedExperts::fp8_pairs_above(const ExpertGemmChoice& gemm) const {
-  for (int i = 0; i < gemm.count; ++i)
-    if (gemm.candidates[i].kind == ExpertGemmCandidate::Wgmma)
-      return gemm.count > 1 ? int32_t(gemm.candidates[i].above) : -1;
-  return std::numeric_limits<int32_t>::max();
 }
 
 // The L1 input x -> NVFP4 per row, or with the layer's static g

@@ -133,7 +133,6 @@ class RoutedExperts {
   void run_ref(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
   QuantizeActArgs stage_x_args(const RoutedInput& input) const;
   RequantRowsArgs requant_args(const RoutedPairs& pairs, OperandOrder order);
-  int32_t fp8_pairs_above(const ExpertGemmChoice& gemm) const;
 
   RoutedWeightsDevice w_;
   Capacity cap_;
