@@ -31,8 +31,9 @@ void upload_batched(int64_t count, const int64_t (&per_expert)[N], uint8_t* cons
       }
     });
     for (size_t j = 0; j < N; ++j)
-      NVFP4_CUDA_CHECK(cudaMemcpy(dst[j] + e0 * per_expert[j], host[j].data(), size_t(n * per_expert[j]),
-                                  cudaMemcpyHostToDevice));
+      if (per_expert[j] > 0)  // an output not asked for
+        NVFP4_CUDA_CHECK(cudaMemcpy(dst[j] + e0 * per_expert[j], host[j].data(), size_t(n * per_expert[j]),
+                                    cudaMemcpyHostToDevice));
   }
 }
 
@@ -110,24 +111,19 @@ FragmentWeightsDevice upload_fragment_weights(const LinearExperts& w, std::vecto
   resize_factors(w, factors);
   FragmentWeightsDevice d;
   d.geometry = fragment_geometry(w.projection, w.hidden, w.inter, w.format);
-  const int64_t per[2] = {d.geometry.code_bytes_per_expert(), d.geometry.scale_bytes_per_expert()};
+  // Codes, scales and (when asked for) the FP8 row exponents of each expert.
+  const int64_t per[3] = {d.geometry.code_bytes_per_expert(), d.geometry.scale_bytes_per_expert(),
+                          fp8_rows ? d.geometry.m_tiles * kMmaTileRows : 0};
   d.codes = DeviceBuffer<uint8_t>(size_t(w.count * per[0]));
   d.scales = DeviceBuffer<uint8_t>(size_t(w.count * per[1]));
-  if (!fp8_rows) {
-    uint8_t* const dst[2] = {d.codes.get(), d.scales.get()};
-    upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[2]) {
-      pack_fragment_expert(w.expert(e), out[0], out[1], factors_of(w, factors, e));
-    });
-    return d;
-  }
-  const int64_t per3[3] = {per[0], per[1], d.geometry.m_tiles * kMmaTileRows};
-  d.fp8_rows = DeviceBuffer<int8_t>(size_t(w.count * per3[2]));
+  d.fp8_rows = DeviceBuffer<int8_t>(size_t(w.count * per[2]));
   uint8_t* const dst[3] = {d.codes.get(), d.scales.get(), reinterpret_cast<uint8_t*>(d.fp8_rows.get())};
   std::mutex mu;
   int64_t refused = -1;  // the lowest expert without FP8 rows
-  upload_batched(w.count, per3, dst, [&](int64_t e, uint8_t* const (&out)[3]) {
+  upload_batched(w.count, per, dst, [&](int64_t e, uint8_t* const (&out)[3]) {
     float* f = factors_of(w, factors, e);
     pack_fragment_expert(w.expert(e), out[0], out[1], f);
+    if (!fp8_rows) return;
     std::string why;
     if (fp8_weight_rows(w.expert(e), f, reinterpret_cast<int8_t*>(out[2]), &why)) return;
     const std::lock_guard<std::mutex> lock(mu);
