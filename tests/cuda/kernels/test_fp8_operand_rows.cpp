@@ -12,8 +12,8 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/fp8_operand.hpp"
 #include "cuda/layout/fp8_operand.hpp"
-#include "format/mxfp4_codec.hpp"
 #include "nvfp4moe/moe.hpp"
+#include "support/fp8_act_rows.hpp"
 #include "support/test_util.hpp"
 
 namespace nvfp4moe::cuda {
@@ -24,32 +24,13 @@ using test::Rng;
 #define SKIP_WITHOUT_GPU() \
   if (!::nvfp4moe::cuda_available()) GTEST_SKIP() << "no CUDA device"
 
-std::vector<uint16_t> act_quant_values(Rng& rng, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<uint16_t> out(size_t(rows * ld), 0x7FC0);  // the tail past cols: NaN, never read
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < cols / 128; ++b) {
-      const float spread = std::ldexp(1.0f, int(rng.below(50)) - 35);
-      float v[128], amax = 0.0f;
-      for (float& x : v) {
-        x = fmt::bits_to_float(fmt::float_to_bits(rng.normal() * spread) & 0xffff0000u);
-        amax = std::max(amax, std::fabs(x));
-      }
-      if (rng.below(7) == 0) std::fill(std::begin(v), std::end(v), 0.0f), amax = 0.0f;
-      const float s = fmt::fp8_act_block_scale(amax);
-      for (int i = 0; i < 128; ++i)
-        out[size_t(r * ld + b * 128 + i)] =
-            uint16_t(fmt::float_to_bits(fmt::e4m3_value(fmt::fp8_act_code(v[i], s)) * s) >> 16);
-    }
-  return out;
-}
-
 TEST(Fp8OperandRows, MatchesTheReferenceBitForBit) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const int64_t rows = 300, cols = 1024, ld = 1088, live = 211;
-  std::vector<uint16_t> in = act_quant_values(rng, rows, cols, ld);
+  std::vector<uint16_t> in = test::act_quant_rows(rng, rows, cols, ld);
   in[size_t(17 * ld + 600)] = 0xFFC1;  // a NaN: block 4 of row 17
   std::vector<uint8_t> want(size_t(rows * ld), 0x5A);
   std::vector<float> want_s(size_t(rows * cols / 128), -1.0f);

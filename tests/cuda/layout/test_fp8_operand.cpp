@@ -13,6 +13,7 @@
 #include "cuda/layout/scale_multiplier.hpp"
 #include "format/mxfp4_codec.hpp"
 #include "format/nvfp4_codec.hpp"
+#include "support/fp8_act_rows.hpp"
 #include "support/test_util.hpp"
 
 namespace nvfp4moe::cuda {
@@ -95,31 +96,12 @@ TEST(Fp8Operand, ScaleGoldenValues) {
   EXPECT_TRUE(std::isnan(fp8_operand_scale(INFINITY)));
 }
 
-// act_quant's values (docs/numerics.md §7) of random blocks, BF16 bits.
-std::vector<uint16_t> act_quant_rows(Rng& rng, int64_t rows, int64_t cols) {
-  std::vector<uint16_t> out(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < cols / 128; ++b) {
-      const float spread = std::ldexp(1.0f, int(rng.below(40)) - 30);
-      float v[128], amax = 0.0f;
-      for (float& x : v) {
-        x = fmt::bits_to_float(fmt::float_to_bits(rng.normal() * spread) & 0xffff0000u);  // BF16
-        amax = std::max(amax, std::fabs(x));
-      }
-      if (rng.below(9) == 0) std::fill(std::begin(v), std::end(v), 0.0f), amax = 0.0f;
-      const float s = fmt::fp8_act_block_scale(amax);
-      for (int i = 0; i < 128; ++i)
-        out[size_t(r * cols + b * 128 + i)] = uint16_t(bf16_bits(fmt::e4m3_value(fmt::fp8_act_code(v[i], s)) * s));
-    }
-  return out;
-}
-
 TEST(Fp8Operand, RowsRefAreExactOnActQuantValues) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const int64_t rows = 9, cols = 384, ld_in = 448, ld_out = 400;
-  std::vector<uint16_t> in = act_quant_rows(rng, rows, cols);
+  const std::vector<uint16_t> in = test::act_quant_rows(rng, rows, cols, cols);
   std::vector<uint16_t> strided(size_t(rows * ld_in), 0xFFFF);
   for (int64_t r = 0; r < rows; ++r) std::copy_n(&in[size_t(r * cols)], cols, &strided[size_t(r * ld_in)]);
   std::vector<uint8_t> codes(size_t(rows * ld_out), 0xAB);
