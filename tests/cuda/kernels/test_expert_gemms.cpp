@@ -869,6 +869,22 @@ TEST(Sm90PrefillGemmChecks, RejectsBadPlansNamingTheValue) {
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(good, FragmentWeights{nullptr, bytes, w.geometry}, cfg, nullptr), "null");
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(good, w, Sm90PrefillGemmConfig{40, 0, TokenBlocks::Split}, nullptr),
                         "block_n=40", "128, 96, 64, 32");
+  // The FP8 form: its operand scales with K/128 per row, and the weights' FP8 row exponents.
+  p = good;
+  p.act_fp8 = bytes;
+  p.act_scale = any_f;
+  p.ld_act_scale = 1;
+  const auto* any_rows = reinterpret_cast<const int8_t*>(bytes);
+  const FragmentWeights w8{bytes, bytes, w.geometry, any_rows};
+  p.act_scale = nullptr;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w8, cfg, nullptr), "FP8 operand", "act_scale");
+  p.act_scale = any_f;
+  p.ld_act_scale = 2;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w8, cfg, nullptr), "K/128 = 1", "got 2");
+  p.ld_act_scale = 1;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w, cfg, nullptr), "FP8 row exponents", "(null)");
+  p.act_fp8 = bytes + 4;
+  EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w8, cfg, nullptr), "16-byte aligned");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(0), "local_experts=0");
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
   p = good;
