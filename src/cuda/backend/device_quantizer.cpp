@@ -61,7 +61,12 @@ void grow_pinned(PinnedBuffer& b, size_t n, size_t hint) {
 
 DeviceQuantizer::DeviceQuantizer(int device) : device_(usable_device(device)) {}
 
-DeviceQuantizer::~DeviceQuantizer() = default;
+// A call answered from the cache may return with an upload still reading
+// staging_: it must not be freed under the DMA (errors ignored, as in every
+// owner's destructor).
+DeviceQuantizer::~DeviceQuantizer() {
+  for (const CudaEvent& e : half_done_) cudaEventSynchronize(e.get());
+}
 
 template <typename F>
 void DeviceQuantizer::timed(Span what, cudaStream_t stream, F&& f) {
@@ -93,27 +98,69 @@ DeviceQuantizerTimes DeviceQuantizer::times() {
   return times_;
 }
 
+uint8_t* DeviceQuantizer::staging_half(size_t i) {
+  if (staging_.size() == 0) staging_ = PinnedBuffer(2 * kStagingChunk);
+  return staging_.get() + (i % 2) * kStagingChunk;
+}
+
+void DeviceQuantizer::wait_half(size_t i) {
+  NVFP4_CUDA_CHECK(cudaEventSynchronize(half_done_[i % 2].get()));  // at once if never recorded
+}
+
 // On the quantizer's stream: the stream is non-blocking, so a copy on the
-// legacy default stream would not be ordered before its kernels (a pageable
-// cudaMemcpy returns once the bytes are staged, not once they have landed).
+// legacy default stream would not be ordered before its kernels. Before
+// the host writes chunk i into its half, that half's last copy (chunk
+// i - 2's DMA, which ran while the host filled chunk i - 1, or an earlier
+// call's) must have completed.
+void DeviceQuantizer::upload_staged(const std::vector<ToDevice>& pieces) {
+  size_t i = 0;
+  for (const ToDevice& p : pieces)
+    for (size_t at = 0; at < p.bytes; at += kStagingChunk, ++i) {
+      const size_t n = std::min(kStagingChunk, p.bytes - at);
+      uint8_t* half = staging_half(i);
+      wait_half(i);
+      std::memcpy(half, p.from + at, n);
+      NVFP4_CUDA_CHECK(cudaMemcpyAsync(p.to + at, half, n, cudaMemcpyHostToDevice, stream_.get()));
+      NVFP4_CUDA_CHECK(cudaEventRecord(half_done_[i % 2].get(), stream_.get()));
+    }
+}
+
+// One chunk's DMA ahead of the host: chunk i + 1 is queued into the other
+// half before the host waits for chunk i. Queuing a DMA into a half needs
+// no wait: an upload from it is earlier on the same stream, and a download
+// into it (chunk i - 1) has been appended already.
+void DeviceQuantizer::download_staged(const std::vector<ToHost>& pieces) {
+  std::vector<ToHost> chunks;
+  for (const ToHost& p : pieces)
+    for (size_t at = 0; at < p.bytes; at += kStagingChunk)
+      chunks.push_back({p.from + at, p.to, std::min(kStagingChunk, p.bytes - at)});
+  const auto queue = [&](size_t i) {
+    NVFP4_CUDA_CHECK(
+        cudaMemcpyAsync(staging_half(i), chunks[i].from, chunks[i].bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    NVFP4_CUDA_CHECK(cudaEventRecord(half_done_[i % 2].get(), stream_.get()));
+  };
+  if (!chunks.empty()) queue(0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i + 1 < chunks.size()) queue(i + 1);
+    wait_half(i);
+    const uint8_t* half = staging_half(i);
+    chunks[i].to->insert(chunks[i].to->end(), half, half + chunks[i].bytes);
+  }
+}
+
 void DeviceQuantizer::upload(const TensorInfo& t) {
   if (t.name == x_name_ && t.data == x_src_) return;
   const int64_t n = t.numel();
   DeviceGuard guard(device_);
   x_bf16_ = t.dtype == DType::BF16;
-  if (x_bf16_) {
-    grow(x_, size_t(n) * 2);
-    timed(Span::Upload, stream_.get(),
-          [&] { x_.upload(static_cast<const uint8_t*>(t.data), size_t(n) * 2, stream_.get()); });
-  } else {
-    const std::vector<float> f = t.to_f32();  // F16 exactly, F64 rounded (beyond F32's range: Inf, refused)
-    grow(x_, size_t(n) * 4);
-    timed(Span::Upload, stream_.get(),
-          [&] { x_.upload(reinterpret_cast<const uint8_t*>(f.data()), size_t(n) * 4, stream_.get()); });
-    NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // f is freed on return
-  }
+  std::vector<float> f;  // F16 exactly, F64 rounded (beyond F32's range: Inf, refused)
+  if (!x_bf16_) f = t.to_f32();
+  const size_t bytes = size_t(n) * (x_bf16_ ? 2 : 4);
+  grow(x_, bytes);
+  const uint8_t* from = x_bf16_ ? t.data : reinterpret_cast<const uint8_t*>(f.data());
+  timed(Span::Upload, stream_.get(), [&] { upload_staged({{from, x_.get(), bytes}}); });  // f may go then
   ++times_.uploads;
-  times_.upload_bytes += uint64_t(n) * (x_bf16_ ? 2 : 4);
+  times_.upload_bytes += bytes;
   x_name_ = t.name;
   x_src_ = t.data;
   x_amax_.reset();
@@ -122,21 +169,32 @@ void DeviceQuantizer::upload(const TensorInfo& t) {
 void DeviceQuantizer::upload(const Mxfp4WeightView& w, bool decode) {
   const std::string& name = w.weight->name;
   const int64_t N = w.rows, K = w.cols;
+  const bool scales = name != mx_scales_name_ || w.scales() != mx_scales_src_;
+  const bool values = decode && !(name == x_name_ && w.codes() == x_src_);  // x_ holding w: so do mx_codes_
+  const bool codes = values && (name != mx_codes_name_ || w.codes() != mx_codes_src_);
   DeviceGuard guard(device_);
-  if (name != mx_scales_name_ || w.scales() != mx_scales_src_) {
+  // Scale bytes and codes in one staged upload: the chunks of both pipelined.
+  std::vector<ToDevice> pieces;
+  if (scales) {
     grow(mx_scales_, size_t(N * K / 32));
-    timed(Span::Upload, stream_.get(), [&] { mx_scales_.upload(w.scales(), size_t(N * K / 32), stream_.get()); });
+    pieces.push_back({w.scales(), mx_scales_.get(), size_t(N * K / 32)});
+  }
+  if (codes) {
+    grow(mx_codes_, size_t(N * K / 2));
+    pieces.push_back({w.codes(), mx_codes_.get(), size_t(N * K / 2)});
+  }
+  if (!pieces.empty()) timed(Span::Upload, stream_.get(), [&] { upload_staged(pieces); });
+  for (const ToDevice& p : pieces) times_.upload_bytes += p.bytes;
+  if (scales) {
     mx_scales_name_ = name;
     mx_scales_src_ = w.scales();
   }
-  if (!decode || (name == x_name_ && w.codes() == x_src_)) return;
-  if (name != mx_codes_name_ || w.codes() != mx_codes_src_) {
-    grow(mx_codes_, size_t(N * K / 2));
-    timed(Span::Upload, stream_.get(), [&] { mx_codes_.upload(w.codes(), size_t(N * K / 2), stream_.get()); });
+  if (codes) {
     ++times_.uploads;
     mx_codes_name_ = name;
     mx_codes_src_ = w.codes();
   }
+  if (!values) return;
   grow(x_, size_t(N * K) * 2);
   timed(Span::Kernels, stream_.get(), [&] {
     mxfp4_decode_bf16(mx_codes_.get(), mx_scales_.get(), N, K, reinterpret_cast<__nv_bfloat16*>(x_.get()),
@@ -187,14 +245,17 @@ void DeviceQuantizer::quantize_uploaded(int64_t N, int64_t K, float g) {
 
 void DeviceQuantizer::download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K) {
   DeviceGuard guard(device_);
-  codes.resize(size_t(N * K / 2));
-  scales.resize(size_t(N * K / 16));
-  timed(Span::Download, stream_.get(), [&] {
-    codes_.download(codes.data(), codes.size(), stream_.get());
-    scales_.download(scales.data(), scales.size(), stream_.get());
-  });
-  times_.download_bytes += codes.size() + scales.size();
-  NVFP4_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  const size_t n_codes = size_t(N * K / 2), n_scales = size_t(N * K / 16);
+  NVFP4_CHECK(n_codes <= codes_.size() && n_scales <= scales_.size(), "DeviceQuantizer: download of [", N, ", ", K,
+              "] beyond its buffers");
+  // Reserved, not resized: the chunks are appended, so no byte is written twice.
+  codes.clear();
+  codes.reserve(n_codes);
+  scales.clear();
+  scales.reserve(n_scales);
+  timed(Span::Download, stream_.get(),
+        [&] { download_staged({{codes_.get(), &codes, n_codes}, {scales_.get(), &scales, n_scales}}); });
+  times_.download_bytes += n_codes + n_scales;
 }
 
 float DeviceQuantizer::amax(const TensorInfo& t) {

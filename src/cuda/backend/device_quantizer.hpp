@@ -9,6 +9,15 @@
 // streams.
 // Device buffers grow to the largest tensor seen.
 //
+// Single-tensor calls (convert's, and amax of a plain tensor): their copies
+// go through two pinned halves of a few MB (staged copies below), not
+// pageable memory, so the DMA runs at the link's rate next to the host: a
+// tensor goes up in chunks, the host copying chunk i out of the (mapped)
+// source into one half while chunk i-1's DMA reads the other, and its codes
+// and scales come down the same way, chunk i+1's DMA running while the host
+// appends chunk i to the result's vector (the one copy a std::vector result
+// needs). A half is reused once the event after its last copy has passed.
+//
 // Groups in flight (quantize's pipeline, cli/quantize_pipeline.hpp): a group
 // is one tensor or an expert's gate and up, and `slots` groups are in flight
 // at once, each with pinned host staging and device buffers of its own, so
@@ -35,7 +44,11 @@ namespace nvfp4moe::cuda {
 
 // Device time spent by a DeviceQuantizer since enable_timing(): milliseconds
 // between CUDA events on its stream around the uploads, the kernels and the
-// downloads of each call.
+// downloads of each call. A single-tensor call usually finds its stream
+// idle (the calls before it waited for their results), so its upload span
+// runs from the first host copy into pinned staging to the last chunk's
+// arrival on the device, and its download span from the end of its kernels
+// to the last byte appended to the result.
 struct DeviceQuantizerTimes {
   double upload_ms = 0, kernel_ms = 0, download_ms = 0;
   int64_t uploads = 0;  // tensors sent to the device
@@ -107,7 +120,30 @@ class DeviceQuantizer {
   // into codes [N, K/2] and linear scales [N, K/16]; g_rows_ holds N rows.
   void queue_quantization(const uint8_t* x, bool bf16, int64_t N, int64_t K, float g, uint8_t* codes,
                           uint8_t* scales);
+  // Downloads codes_ / scales_ of x_ [N, K] into the vectors (replaced).
   void download(std::vector<uint8_t>& codes, std::vector<uint8_t>& scales, int64_t N, int64_t K);
+
+  // Staged copies on stream_ (see the top of this file), in chunks of at
+  // most kStagingChunk bytes through staging_'s two halves.
+  static constexpr size_t kStagingChunk = size_t(4) << 20;
+  struct ToDevice {
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+  };
+  struct ToHost {
+    const uint8_t* from;
+    std::vector<uint8_t>* to;  // appended to
+    size_t bytes;
+  };
+  // Returns once the last chunk is queued: the sources may then change.
+  void upload_staged(const std::vector<ToDevice>& pieces);
+  // Returns once every byte is in its vector.
+  void download_staged(const std::vector<ToHost>& pieces);
+  // Half i % 2 of staging_ (allocated on first use).
+  uint8_t* staging_half(size_t i);
+  // Waits for the last copy queued on half i % 2 (its event in half_done_).
+  void wait_half(size_t i);
 
   int device_;
   CudaStream stream_;  // kernels (and the single-tensor calls' copies)
@@ -129,6 +165,10 @@ class DeviceQuantizer {
   const void* mx_scales_src_ = nullptr;
   DeviceBuffer<unsigned> max_byte_{1};
   DeviceBuffer<unsigned long long> exact_{1};
+  // The single-tensor calls' staging: two halves of kStagingChunk bytes,
+  // each with an event recorded on stream_ after the last copy using it.
+  PinnedBuffer staging_;
+  CudaEvent half_done_[2] = {CudaEvent(cudaEventDisableTiming), CudaEvent(cudaEventDisableTiming)};
 
   bool timing_ = false;
   struct Timed {
