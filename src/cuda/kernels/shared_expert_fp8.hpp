@@ -97,9 +97,9 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
 bool shared_fp8_uses_wgmma(const SharedFp8Args& a);
 
 // The wgmma form (kernels/shared_expert_fp8_wgmma.cu): one producer warp and
-// two consumer warpgroups (alternate K tiles) per 64 rows x up to 128 tokens
-// x all of K, weights by bulk copy and x by TMA through a shared-memory
-// ring, A fragments converted in registers with the tile factor folded in.
+// two consumer warpgroups (each a 64-column chunk of every K tile) per 64
+// rows x up to 128 tokens x all of K, weights by bulk copy and x by TMA
+// through a shared-memory ring, A fragments converted in registers with the tile factor folded in.
 // H and Is multiples of 64 up to 16384, scales_fold, x_perm given; it takes
 // no K split (force_splits, partial and counters are the split form's).
 bool shared_fp8_wgmma_supports(const SharedFp8Args& a);

@@ -5,22 +5,24 @@
 // warpgroups on 64 weight rows (4 m-tiles of the fragment layout, one per
 // warp of a warpgroup) x kBlockN tokens x all of K, one CTA an SM:
 //   producer  per stage (4, 2 or 1 consecutive K tiles for up to 32, 64
-//             or 128 tokens): one bulk copy of each m-tile's fragment blocks
-//             and per tile the two 64-column chunks of x (TMA, 128-byte
-//             swizzle) into a ring of ~200 KB (64-128 KB of weights in
-//             flight an SM, which HBM's latency needs), completing on the stage's
-//             full barrier; launched for programmatic dependent launch, it
-//             issues the weights of the first stages before it waits for
-//             the kernel that writes x, so that they overlap its tail;
+//             or 128 tokens): one bulk copy of the group's fragment blocks
+//             (contiguous in the layout) and one 3-D TMA box of the tiles'
+//             64-column chunks of x (128-byte swizzle) into a ring of ~216
+//             KB, completing on the stage's full barrier; launched for
+//             programmatic dependent launch, it issues the weights of the
+//             first stages before it waits for the kernel that writes x, so
+//             that they overlap its tail;
 //   consumers first the CTA's tile factors, as BF16 multipliers, into shared
 //             memory (one global load each up front, not one on every K
-//             tile's critical path); then warpgroup j takes the stages
-//             j, j + 2, ...; per K tile each warp turns its 4 x 16 bytes into the A
+//             tile's critical path); then both warpgroups take every stage,
+//             warpgroup j the 64-column chunk j of each K tile: per two K
+//             tiles each warp turns its 2 x 16 bytes of each into the A
 //             fragments of 8 k16 steps in registers (E4M3 -> BF16 by integer
 //             operations, the tile's power-of-two factor folded into the
 //             BF16 multiply: exact), issues 8 wgmma m64nNk16 with B = x in
-//             shared memory, waits for them and releases the stage; while one
-//             warpgroup converts, the other's wgmmas run;
+//             shared memory and waits for them; the stage is released by
+//             both, so one stage of the ring is held while the rest stream
+//             in; while one warpgroup converts, the other's wgmmas run;
 //   epilogue  warpgroup 1 hands its FP32 sums to warpgroup 0 through shared
 //             memory, which adds them to its own (a fixed order) and writes
 //             h (gate/up, SwiGLU in registers) or out (down).
@@ -53,16 +55,16 @@ namespace nvfp4moe::cuda {
 
 namespace {
 
-constexpr int kConsumerGroups = 2;  // warpgroups taking alternate K tiles
+constexpr int kConsumerGroups = 2;  // warpgroups, one 64-column chunk of each K tile each
 constexpr int kGroupThreads = 128;
 constexpr int kConsumerThreads = kConsumerGroups * kGroupThreads;
 constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
 constexpr int kTileK = int(kFp8FragTileK);
-constexpr int kTileWeights = 4 * int(kFp8FragTileBytes);  // one K tile of the CTA's 4 m-tiles
+constexpr int kTileWeights = int(kFp8FragGroup * kFp8FragTileBytes);  // one K tile of the CTA's m-tile group
 // K tiles of the CTA's factor table in shared memory: K up to 16384.
 constexpr int kMaxScaleTiles = 128;
 constexpr int kScaleSlots = 8;  // 4 warps x (row lo, row hi) groups, the same for both warpgroups
-constexpr int kRingBudget = 200 * 1024;
+constexpr int kRingBudget = 216 * 1024;
 static_assert(kScaleSlots * kMaxScaleTiles % kConsumerThreads == 0, "whole rounds of factor loads");
 
 // A stage holds kTiles consecutive K tiles: per m-tile one bulk copy of
@@ -78,7 +80,7 @@ struct Ring {
   static constexpr int kXChunk = kBlockN * 128;  // [kBlockN][64] BF16, 128-byte swizzled
   static constexpr int kXTile = 2 * kXChunk;
   static constexpr int kXStage = kTiles * kXTile;
-  static constexpr int kWeightStage = kTiles * kTileWeights;  // [m-tile][tile][2 KB]
+  static constexpr int kWeightStage = kTiles * kTileWeights;  // [tile][m-tile][2 KB]
   static constexpr int kStageBytes = kXStage + kWeightStage;
   static constexpr int kStages = std::min(16, kRingBudget / kStageBytes);
   static_assert(kStages >= 2, "a stage for each warpgroup at least");
@@ -140,21 +142,18 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kBlockN / 2], const uint32_t
     ptx::wgmma_m64n128k16_rs(d, a, desc);
 }
 
-// One K tile of the warp's m-tile (its 2 KB fragment block at `block`): 8
-// k16 steps of A fragments, rows g (lo) and g + 8 (hi) times their tile
-// factors.
-__device__ __forceinline__ void convert_tile(uint32_t block, int lane, uint32_t mult_lo, uint32_t mult_hi,
-                                             uint32_t (&a)[8][4]) {
+// Chunk c (64 columns) of one K tile of the warp's m-tile (its 2 KB
+// fragment block at `block`): the A fragments of 4 k16 steps, rows g (lo)
+// and g + 8 (hi) times their tile factors.
+__device__ __forceinline__ void convert_chunk(uint32_t block, int lane, int c, uint32_t mult_lo, uint32_t mult_hi,
+                                              uint32_t (&a)[4][4]) {
   const uint32_t base = block + lane * 16;
+  const uint4 lo = ptx::ld_shared_v4(base + (2 * c) * 512), hi = ptx::ld_shared_v4(base + (2 * c + 1) * 512);
+  const uint32_t l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const uint4 lo = ptx::ld_shared_v4(base + (2 * c) * 512), hi = ptx::ld_shared_v4(base + (2 * c + 1) * 512);
-    const uint32_t l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      e4m3x4_to_bf16x2(l[s], a[4 * c + s][0], a[4 * c + s][2], mult_lo);
-      e4m3x4_to_bf16x2(h[s], a[4 * c + s][1], a[4 * c + s][3], mult_hi);
-    }
+  for (int s = 0; s < 4; ++s) {
+    e4m3x4_to_bf16x2(l[s], a[s][0], a[s][2], mult_lo);
+    e4m3x4_to_bf16x2(h[s], a[s][1], a[s][3], mult_hi);
   }
 }
 
@@ -199,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::kStages; ++s) {
       ptx::mbarrier_init(full + 8 * s, 1);
-      ptx::mbarrier_init(empty + 8 * s, 4);  // lane 0 of each warp of the tile's warpgroup
+      ptx::mbarrier_init(empty + 8 * s, kConsumerThreads / 32);  // lane 0 of each consumer warp
     }
     ptx::fence_mbarrier_init();
   }
@@ -209,21 +208,20 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
     if (lane == 0) {
       ptx::prefetch_tensor_map(&x_map);
       // Stage i: K tiles [kTiles i, min(kTiles (i + 1), tiles_k)).
+      // The group's K tiles [kt, kt + n) are one contiguous run of n x 8 KB
+      // (fp8_fragment_layout.hpp): one bulk copy a stage.
       auto load_weights = [&](int i, int stage) {
         const int kt = i * kTiles, n = std::min(kTiles, tiles_k - kt);
         const uint32_t bar = full + 8 * stage;
-        ptx::mbarrier_arrive_expect_tx(bar, uint32_t(n * (kTileWeights + R::kXTile)));
-        for (int m = 0; m < 4; ++m)
-          ptx::cp_async_bulk_shared_global(
-              base + R::kW + stage * R::kWeightStage + m * kTiles * uint32_t(kFp8FragTileBytes),
-              p.w + (int64_t(u0 + m) * tiles_k + kt) * kFp8FragTileBytes, uint32_t(n * kFp8FragTileBytes), bar);
+        ptx::mbarrier_arrive_expect_tx(bar, uint32_t(n * kTileWeights + R::kXStage));
+        ptx::cp_async_bulk_shared_global(base + R::kW + stage * R::kWeightStage,
+                                         p.w + fp8_fragment_block(p.rows / 16, tiles_k, u0, kt) * kFp8FragTileBytes,
+                                         uint32_t(n * kTileWeights), bar);
       };
+      // The stage's 2 n x chunks in one 3-D box (make_fp8_wgmma_maps); past
+      // K its chunks read as zeros and count toward the transaction.
       auto load_x = [&](int i, int stage) {
-        const int kt = i * kTiles, n = std::min(kTiles, tiles_k - kt);
-        for (int j = 0; j < n; ++j)
-          for (int c = 0; c < 2; ++c)
-            ptx::tma_load_2d(base + R::kX + stage * R::kXStage + j * R::kXTile + c * R::kXChunk, &x_map,
-                             full + 8 * stage, (kt + j) * kTileK + 64 * c, token0);
+        ptx::tma_load_3d(base + R::kX + stage * R::kXStage, &x_map, full + 8 * stage, 0, token0, 2 * i * kTiles);
       };
       // The first stages are empty: their weights go out before x exists.
       const int first = std::min(int(R::kStages), stages_k);
@@ -269,21 +267,34 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
     acc[i] = 0.0f;
     ptx::wgmma_fence_operand(acc[i]);
   }
-  // Per K tile: convert, 8 wgmmas, wait; per stage: release it. (Converting
-  // the next tile while this one's wgmmas run, with two A buffers, made
-  // ptxas serialize every wgmma: C7513; the other warpgroup fills that gap.)
-  uint32_t a[8][4];
-  for (int i = wg; i < stages_k; i += kConsumerGroups) {
+  // Both warpgroups take every stage, warpgroup wg the 64-column chunk wg
+  // of each of its K tiles, and release it together: only one stage of the
+  // ring is held while the others stream in. Per two K tiles: convert, 8
+  // wgmmas (4 for a last odd tile), wait. (Converting the next tiles while
+  // these wgmmas run, with two A buffers, made ptxas serialize every
+  // wgmma: C7513; the other warpgroup fills that gap.)
+  uint32_t a[2][4][4];
+  for (int i = 0; i < stages_k; ++i) {
     const int stage = i % R::kStages, kt0 = i * kTiles, n = std::min(kTiles, tiles_k - kt0);
     ptx::mbarrier_wait_parity(full + 8 * stage, uint32_t((i / R::kStages) & 1));
-    for (int j = 0; j < n; ++j) {
-      convert_tile(base + R::kW + stage * R::kWeightStage + (wl * kTiles + j) * uint32_t(kFp8FragTileBytes), lane,
-                   mult_lo[kt0 + j], mult_hi[kt0 + j], a);
-      const uint64_t desc = ptx::smem_desc_k_major_sw128(base + R::kX + stage * R::kXStage + j * R::kXTile);
+    const uint32_t w_stage = base + R::kW + stage * R::kWeightStage + wl * uint32_t(kFp8FragTileBytes);
+    const uint32_t x_stage = base + R::kX + stage * R::kXStage + wg * R::kXChunk;
+#pragma unroll
+    for (int j = 0; j < kTiles; j += 2) {
+      if (j >= n) break;
+      const bool pair = j + 1 < n;
+      convert_chunk(w_stage + j * uint32_t(kTileWeights), lane, wg, mult_lo[kt0 + j], mult_hi[kt0 + j], a[0]);
+      if (pair)
+        convert_chunk(w_stage + (j + 1) * uint32_t(kTileWeights), lane, wg, mult_lo[kt0 + j + 1],
+                      mult_hi[kt0 + j + 1], a[1]);
+      const uint64_t desc = ptx::smem_desc_k_major_sw128(x_stage + j * R::kXTile);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k)
-        wgmma_rs<kBlockN>(acc, a[k], ptx::smem_desc_advance(desc, (k / 4) * R::kXChunk + (k % 4) * 32));
+      for (int k = 0; k < 4; ++k) wgmma_rs<kBlockN>(acc, a[0][k], ptx::smem_desc_advance(desc, k * 32));
+      if (pair) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_rs<kBlockN>(acc, a[1][k], ptx::smem_desc_advance(desc, R::kXTile + k * 32));
+      }
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<0>();
     }
@@ -311,14 +322,23 @@ __global__ void __launch_bounds__(kThreads, 1) shared_fp8_wgmma_kernel(const Wgm
   store_block<kBlockN, kSwiGlu>(p, token0, u, g, t, acc);
 }
 
-// xp[t, 64 c + p] = x[t, 64 c + l] for the permuted column p of l.
+// xp[t, 64 c + p] = x[t, 64 c + l] for the permuted column p of l, 8
+// columns a thread: logical columns 4q' .. 4q' + 3 go to two BF16 pairs
+// (permuted_column keeps pairs 2t, 2t + 1 together), so one 16-byte load
+// becomes four 4-byte stores. cols is a multiple of 64.
 __global__ void permute_columns_kernel(const __nv_bfloat16* x, int64_t tokens, int32_t cols, __nv_bfloat16* xp) {
   ptx::griddep_launch_dependents();
   ptx::griddep_wait();  // x is the previous kernel's output
-  const int64_t n = tokens * cols;
+  const int64_t n = tokens * cols / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(x);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(xp);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int32_t l = int32_t(i % cols);
-    xp[i - l + (l / 64) * 64 + permuted_column(l % 64)] = x[i];
+    const uint4 v = src[i];
+    const int64_t l0 = 8 * i, chunk = l0 - l0 % 64;  // flat index of the chunk's column 0
+    const int l = int(l0 % 64);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) dst[(chunk + permuted_column(l + 2 * j)) / 2] = w[j];
   }
 }
 
@@ -364,12 +384,17 @@ Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat1
   NVFP4_CHECK(max_tokens > 0 && hidden % 64 == 0 && inter % 64 == 0, "make_fp8_wgmma_maps: T=", max_tokens,
               " H=", hidden, " Is=", inter, " (H and Is multiples of 64)");
   Fp8WgmmaMaps m;
+  // x_perm [T, H] and h [T, Is] as [chunks of 64 columns][T][64]: a
+  // stage's box of 2 kStageTiles chunks lands as the ring's [chunk][token][64].
+  const uint32_t chunks[kFp8WgmmaWidths] = {2 * kStageTiles<16>, 2 * kStageTiles<32>, 2 * kStageTiles<64>,
+                                            2 * kStageTiles<128>};
   for (int i = 0; i < kFp8WgmmaWidths; ++i) {
     const uint32_t width = uint32_t(kWidths[i]);
-    m.x[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x_perm, {uint64_t(hidden), uint64_t(max_tokens)},
-                             {uint64_t(hidden) * 2}, {64, width}, CU_TENSOR_MAP_SWIZZLE_128B);
-    m.h[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, h, {uint64_t(inter), uint64_t(max_tokens)},
-                             {uint64_t(inter) * 2}, {64, width}, CU_TENSOR_MAP_SWIZZLE_128B);
+    m.x[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x_perm,
+                             {64, uint64_t(max_tokens), uint64_t(hidden / 64)}, {uint64_t(hidden) * 2, 128},
+                             {64, width, chunks[i]}, CU_TENSOR_MAP_SWIZZLE_128B);
+    m.h[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, h, {64, uint64_t(max_tokens), uint64_t(inter / 64)},
+                             {uint64_t(inter) * 2, 128}, {64, width, chunks[i]}, CU_TENSOR_MAP_SWIZZLE_128B);
   }
   m.max_tokens = max_tokens;
   allow_smem<16>();
@@ -391,7 +416,7 @@ void shared_expert_fp8_wgmma(const SharedFp8Args& a, cudaStream_t stream) {
               " Is=", a.inter, " (H and Is multiples of 64 up to 16384, power-of-two tile factors 2^-117 .. 2^7, x_perm and maps for ",
               "at least T tokens)");
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
-  launch_dependent(permute_columns_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden, 256), 132 * 16))),
+  launch_dependent(permute_columns_kernel, dim3(unsigned(std::min<int64_t>(ceil_div(a.tokens * a.hidden / 8, 256), 132 * 8))),
                    dim3(256), 0, stream, true, a.x, a.tokens, H, a.x_perm);
   NVFP4_CUDA_CHECK_LAUNCH("permute_columns_kernel");
   const WgmmaProjection gate_up{.tokens = T, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),

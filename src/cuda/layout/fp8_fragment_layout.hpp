@@ -9,7 +9,13 @@
 //   K tile kt: 128 columns (one scale tile), two 64-column chunks c.
 //   piece: lane (g = lane / 4, t = lane % 4) owns columns 64c + 16t .. + 15 of
 //     its lo row g and hi row g; bytes in column order (zero past K).
-//   bytes: [u][kt][c][half lo, hi][32 lanes][16 bytes], 2 KB per (u, kt).
+//   block (u, kt): [c][half lo, hi][32 lanes][16 bytes], 2 KB.
+//   blocks: m-tiles in groups of 4 (64 rows, the wgmma form's CTA; the last
+//     group may be narrower), each group K-tile-major: [group][kt][u % 4].
+//     A K range of a group is one contiguous run of bytes, so the wgmma form
+//     takes a stage of its 4 m-tiles in one bulk copy (bulk copies of up to
+//     8 KB stream at about one per 0.35 us an SM on the H200; 16-32 KB ones
+//     at ~42 GB/s an SM).
 // The kernels read it and nothing else; fp8_fragment_offset is the one map
 // between it and a row-major [rows, K] matrix.
 #pragma once
@@ -23,6 +29,7 @@ namespace nvfp4moe::cuda {
 
 constexpr int64_t kFp8FragTileK = 128;     // K columns per tile
 constexpr int64_t kFp8FragTileBytes = 2048;  // bytes of one (m-tile, K tile)
+constexpr int64_t kFp8FragGroup = 4;         // m-tiles of a group
 
 struct Fp8FragmentGeometry {
   int64_t rows = 0, cols = 0;  // the row-major matrix: gate/up [2 Is, H], down [H, Is]
@@ -31,6 +38,13 @@ struct Fp8FragmentGeometry {
   NVFP4_HD int64_t k_tiles() const { return (cols + kFp8FragTileK - 1) / kFp8FragTileK; }
   NVFP4_HD int64_t bytes() const { return m_tiles() * k_tiles() * kFp8FragTileBytes; }
 };
+
+// Index of block (u, kt) of a layout of m_tiles x k_tiles blocks.
+NVFP4_HD int64_t fp8_fragment_block(int64_t m_tiles, int64_t k_tiles, int64_t u, int64_t kt) {
+  const int64_t u0 = u - u % kFp8FragGroup;
+  const int64_t width = m_tiles - u0 < kFp8FragGroup ? m_tiles - u0 : kFp8FragGroup;
+  return u0 * k_tiles + kt * width + (u - u0);
+}
 
 // Byte offset of element (row, k) of the row-major matrix in the layout.
 NVFP4_HD int64_t fp8_fragment_offset(const Fp8FragmentGeometry& g, int64_t row, int64_t k) {
@@ -47,7 +61,8 @@ NVFP4_HD int64_t fp8_fragment_offset(const Fp8FragmentGeometry& g, int64_t row, 
   }
   const int64_t kt = k / kFp8FragTileK, c = (k % kFp8FragTileK) / 64, t = (k % 64) / 16;
   const int64_t lane = r * 4 + t;
-  return (u * g.k_tiles() + kt) * kFp8FragTileBytes + ((c * 2 + half) * 32 + lane) * 16 + k % 16;
+  return fp8_fragment_block(g.m_tiles(), g.k_tiles(), u, kt) * kFp8FragTileBytes + ((c * 2 + half) * 32 + lane) * 16 +
+         k % 16;
 }
 
 // Row-major E4M3 [rows, cols] -> the layout (zero bytes where no element maps).

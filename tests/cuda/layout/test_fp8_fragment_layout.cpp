@@ -23,6 +23,16 @@ TEST(Fp8FragmentLayout, HandCheckedOffsets) {
   // column 150 is K tile 1, chunk 0, lane quad 1, byte 6.
   const Fp8FragmentGeometry dn{.rows = 32, .cols = 256, .pairs = false};
   EXPECT_EQ(fp8_fragment_offset(dn, 29, 150), (1 * 2 + 1) * 2048 + ((0 * 2 + 1) * 32 + 5 * 4 + 1) * 16 + 6);
+  // Blocks: groups of 4 m-tiles, K-tile-major within a group. Down, 80 rows
+  // (5 m-tiles: a group of 4 and one of 1), 384 columns (3 K tiles): row 20
+  // (m-tile 1, lo, lane row 4) at column 130 (K tile 1, chunk 0, quad 0,
+  // byte 2) is block 1 * 4 + 1; row 70 (m-tile 4, the narrow group) at
+  // column 300 (K tile 2, chunk 0, quad 2, byte 12) is block 4 * 3 + 2.
+  const Fp8FragmentGeometry five{.rows = 80, .cols = 384, .pairs = false};
+  EXPECT_EQ(fp8_fragment_block(5, 3, 1, 1), 5);
+  EXPECT_EQ(fp8_fragment_block(5, 3, 4, 2), 14);
+  EXPECT_EQ(fp8_fragment_offset(five, 20, 130), 5 * 2048 + ((0 * 2 + 0) * 32 + 4 * 4 + 0) * 16 + 2);
+  EXPECT_EQ(fp8_fragment_offset(five, 70, 300), 14 * 2048 + ((0 * 2 + 0) * 32 + 6 * 4 + 2) * 16 + 12);
 }
 
 TEST(Fp8FragmentLayout, EveryElementAtItsOffsetPaddingZero) {
