@@ -3,7 +3,7 @@
 #   build (CMake + Ninja, googletest from .deps/) -> GPU tests -> compute-sanitizer
 #   memcheck on small cases -> benchmarks -> the markdown table of
 #   docs/performance.md and a short summary, printed last.
-# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,quantize-dir,shared,ep,python,profile,profile-decode]
+# Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,quantize-dir,shared,bulk-copy,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
@@ -17,7 +17,9 @@
 #          nvfp4moe_quantize_bench) -> $OUT/quantize.log; quantize-dir: the
 #          same for a model directory of 4 such layers -> $OUT/quantize_dir.log;
 #   shared: the FP8 shared expert against its BF16 form, every path side by
-#          side (target nvfp4moe_shared_expert_bench) -> $OUT/shared_expert.md.
+#          side (target nvfp4moe_shared_expert_bench) -> $OUT/shared_expert.md;
+#   bulk-copy: bulk copies into shared memory, one CTA an SM, nothing
+#          consuming (target nvfp4moe_bulk_copy_bench) -> $OUT/bulk_copy.md.
 # bench/perf_table.py turns whichever of those exist into $OUT/performance_table.md.
 # Logs go to $OUT (or ./device-out when $OUT is unset). Each step has its own
 # time limit so that one hang still leaves the others' results.
@@ -54,6 +56,7 @@ if has_step build; then
   if has_step speed || has_step modes; then targets="$targets nvfp4moe_routed_bench"; fi
   if has_step convert; then targets="$targets nvfp4moe_convert_bench"; fi
   if has_step shared || [[ "${PROFILE_BENCH:-}" == shared ]]; then targets="$targets nvfp4moe_shared_expert_bench"; fi
+  if has_step bulk-copy; then targets="$targets nvfp4moe_bulk_copy_bench"; fi
   if has_step quantize || has_step quantize-dir; then targets="$targets nvfp4moe_quantize_bench"; fi
   timeout 240 bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVFP4MOE_BUILD_PYTHON=OFF \
       -DNVFP4MOE_BUILD_BENCH=ON && ninja -C '$BUILD' -j '$JOBS' -k 0 $targets" > "$OUT/build.log" 2>&1
@@ -182,6 +185,8 @@ bench_step quantize 300 quantize.log "$BUILD/bench/nvfp4moe_quantize_bench" 48 "
 bench_step quantize-dir 300 quantize_dir.log "$BUILD/bench/nvfp4moe_quantize_bench" 48 "${TMPDIR:-/tmp}" --shards 4
 bench_step shared 120 shared_expert.md "$BUILD/bench/nvfp4moe_shared_expert_bench" --reps 20 \
   --tokens 1,8,16,32,64,128,256,512,2048
+# Bulk-copy streaming into shared memory, nothing consuming (~5 s).
+bench_step bulk-copy 60 bulk_copy.md "$BUILD/bench/nvfp4moe_bulk_copy_bench"
 
 # Expert parallelism (built against torch's NCCL 2.28.9: the system copy there
 # is older) and the Python package (GPU pytest suite): delegated to their own
