@@ -66,7 +66,8 @@ int main() {
   // launch's worth (its ramp and tail included); 704 MB: the steady rate.
   for (const int64_t total : {int64_t(44) << 20, int64_t(704) << 20})
     for (const int grid : {96, sms})
-      for (const auto& [copy, slots] : std::vector<std::pair<int, int>>{{2048, 48}, {8192, 8}, {8192, 24}, {16384, 12}, {32768, 6}})
+      for (const auto& [copy, slots] :
+           std::vector<std::pair<int, int>>{{2048, 48}, {8192, 8}, {8192, 24}, {16384, 12}, {32768, 6}})
         cases.push_back({total, grid, 4, copy, slots});
   for (const int grid : {sms, 2 * sms}) cases.push_back({int64_t(44) << 20, grid, 1, 8192, 12});
 

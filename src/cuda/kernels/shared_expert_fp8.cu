@@ -465,11 +465,11 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
   const int n8 = a.tokens <= 8 ? 1 : a.tokens <= 16 ? 2 : a.tokens <= 32 ? 4 : 8;
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
   const Fp8Projection gate_up{.x = a.x, .tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
-                              .m_tiles = Is / 8, .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
-                              .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
+                              .m_tiles = Is / 8, .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit,
+                              .limit = a.limit, .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
   const Fp8Projection down{.x = a.h, .tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
-                           .m_tiles = int32_t(ceil_div(H, 16)), .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
-                           .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
+                           .m_tiles = int32_t(ceil_div(H, 16)), .w = a.w2, .scale = a.w2_scale, .has_limit = false,
+                           .limit = 0.0f, .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
   launch_projection<true>(gate_up, n8, a, stream);
   launch_projection<false>(down, n8, a, stream);
 }
