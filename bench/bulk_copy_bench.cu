@@ -6,17 +6,17 @@
 //
 // One thread a CTA keeps `slots` copies of `copy` bytes in flight over a
 // ring of shared memory, from `streams` sequential regions of its own
-// (like the m-tiles of a row block), round robin; a 256 MB memset between
-// runs leaves none of the source in L2. Usage:
+// (like the m-tiles of a row block), round robin; each run reads the next
+// window of a 1 GiB source, so none of it is in L2. Usage:
 //   nvfp4moe_bulk_copy_bench
 // Prints one markdown table: per row the median of 7 runs.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "cli/bench_ceilings.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_tma.cuh"
@@ -54,9 +54,9 @@ struct Case {
 }  // namespace
 
 int main() {
-  constexpr size_t kSource = size_t(1) << 30, kFlush = size_t(256) << 20;
+  constexpr size_t kSource = size_t(1) << 30;
   constexpr size_t kMaxRing = 200 * 1024;
-  DeviceBuffer<uint8_t> source(kSource), flush(kFlush);
+  DeviceBuffer<uint8_t> source(kSource);
   NVFP4_CUDA_CHECK(cudaMemset(source.get(), 1, kSource));
   NVFP4_CUDA_CHECK(cudaFuncSetAttribute(bulk_copy_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(kMaxRing + 1024)));
@@ -71,29 +71,23 @@ int main() {
         cases.push_back({total, grid, 4, copy, slots});
   for (const int grid : {sms, 2 * sms}) cases.push_back({int64_t(44) << 20, grid, 1, 8192, 12});
 
-  CudaEvent begin, end;
   std::printf("| MB | CTAs | streams a CTA | copy bytes | in flight KB | us | TB/s | GB/s a CTA |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {
     int64_t stream_bytes = c.total / (int64_t(c.grid) * c.streams);
     stream_bytes -= stream_bytes % c.copy;
     const size_t smem = size_t(c.slots) * size_t(c.copy) + 8 * size_t(c.slots);
-    std::vector<float> ms;
-    for (int r = 0; r < 7; ++r) {
-      NVFP4_CUDA_CHECK(cudaMemsetAsync(flush.get(), r, kFlush));
-      NVFP4_CUDA_CHECK(cudaEventRecord(begin.get()));
-      bulk_copy_stream_kernel<<<c.grid, 32, smem>>>(source.get(), stream_bytes, c.streams, c.copy, c.slots);
+    const size_t window = size_t(stream_bytes) * size_t(c.streams) * size_t(c.grid);
+    const size_t windows = kSource / window;
+    size_t run = 0;
+    const double us = median_time_us(7, [&] {
+      const uint8_t* src = source.get() + (run++ % windows) * window;
+      bulk_copy_stream_kernel<<<c.grid, 32, smem>>>(src, stream_bytes, c.streams, c.copy, c.slots);
       NVFP4_CUDA_CHECK_LAUNCH("bulk_copy_stream_kernel");
-      NVFP4_CUDA_CHECK(cudaEventRecord(end.get()));
-      NVFP4_CUDA_CHECK(cudaEventSynchronize(end.get()));
-      float t = 0;
-      NVFP4_CUDA_CHECK(cudaEventElapsedTime(&t, begin.get(), end.get()));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double s = ms[ms.size() / 2] * 1e-3, bytes = double(stream_bytes) * c.streams * c.grid;
+    });
+    const double s = us * 1e-6, bytes = double(window);
     std::printf("| %lld | %d | %d | %d | %d | %.1f | %.2f | %.1f |\n", static_cast<long long>(c.total >> 20), c.grid,
-                c.streams, c.copy, c.slots * c.copy / 1024, s * 1e6, bytes / s / 1e12, bytes / c.grid / s / 1e9);
+                c.streams, c.copy, c.slots * c.copy / 1024, us, bytes / s / 1e12, bytes / c.grid / s / 1e9);
   }
   return 0;
 }
