@@ -17,9 +17,12 @@
 #                --tokens / --experts;
 #   --cli "ARGS" `nvfp4moe ARGS` instead (repeatable); built against the NCCL
 #                of torch's Python environment when it has one, so that
-#                `bench --ep R` runs too.
+#                `bench --ep R` runs too;
+#   --shared "ARGS" the FP8 shared-expert bench (target
+#                nvfp4moe_shared_expert_bench) with ARGS instead, e.g.
+#                --shared "--tokens 16,32,64 --reps 20".
 # Usage: bench/device_ab.sh [--tokens 1,8,64,512] [--experts 48,384] [--reps 10] [--rounds 2]
-#                           [--cli "ARGS"]... VARIANT...
+#                           [--cli "ARGS"]... [--shared "ARGS"] VARIANT...
 #   e.g. bench/device_ab.sh --tokens 1,8 - "-DNVFP4MOE_DECODE_RING_MIN_NTILES=1"
 #        bench/device_ab.sh --cli "bench --ep 1 --experts 48 --tokens 1,8 --graph" - patch:base.diff
 # Runs add up: variants x rounds x one benchmark run each.
@@ -30,6 +33,7 @@ EXPERTS="48,384"
 REPS=10
 ROUNDS=2
 CLI_ARGS=()
+SHARED_ARGS=""
 VARIANTS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --cli) CLI_ARGS+=("$2"); shift 2 ;;
+    --shared) SHARED_ARGS="$2"; shift 2 ;;
     *) VARIANTS+=("$1"); shift ;;
   esac
 done
@@ -51,6 +56,7 @@ ROOT="$PWD"
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast (docs/ep.md)
 
 TARGET=nvfp4moe_routed_bench
+[[ -n "$SHARED_ARGS" ]] && TARGET=nvfp4moe_shared_expert_bench
 CMAKE_EXTRA=()
 if [[ ${#CLI_ARGS[@]} -gt 0 ]]; then
   TARGET=nvfp4moe_cli
@@ -110,6 +116,10 @@ for round in $(seq 1 "$ROUNDS"); do
         # shellcheck disable=SC2086
         timeout 120 "$ROOT/build-ab$i/nvfp4moe" $args >> "$log" 2>&1 || echo "rc=$?" >> "$log"
       done
+    elif [[ -n "$SHARED_ARGS" ]]; then
+      # shellcheck disable=SC2086
+      timeout 120 "$ROOT/build-ab$i/bench/nvfp4moe_shared_expert_bench" $SHARED_ARGS >> "$log" 2>&1 ||
+        echo "rc=$?" >> "$log"
     else
       timeout 300 "$ROOT/build-ab$i/bench/nvfp4moe_routed_bench" --tokens "$TOKENS" --experts "$EXPERTS" \
         --reps "$REPS" --no-simple >> "$log" 2>&1 || echo "rc=$?" >> "$log"
@@ -122,6 +132,8 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "== round $round, variant $i: ${VARIANTS[$i]}"
     if [[ ${#CLI_ARGS[@]} -gt 0 ]]; then
       grep -vE "^(NCCL|  *$)" "$OUT/ab_${i}_$round.log" || true
+    elif [[ -n "$SHARED_ARGS" ]]; then
+      grep -E "^(\| V4|ceilings|rc=)" "$OUT/ab_${i}_$round.log" || true
     else
       grep -E "^(EP|ceilings|rc=|     stages|     in the graph)" "$OUT/ab_${i}_$round.log" |
         sed -E 's/ +stages us:.*\| sweep/   sweep/' || true
