@@ -67,12 +67,13 @@ constexpr int kScaleSlots = 8;  // 4 warps x (row lo, row hi) groups, the same f
 constexpr int kRingBudget = 216 * 1024;
 static_assert(kScaleSlots * kMaxScaleTiles % kConsumerThreads == 0, "whole rounds of factor loads");
 
-// A stage holds kTiles consecutive K tiles: per m-tile one bulk copy of
-// kTiles x 2 KB (contiguous in the fragment layout), per tile two x chunks.
-// Fewer, larger copies stream faster: 4 tiles a stage against 1 took V4-Pro
-// from 40.8 / 40.7 / 42.1 to 34.3 / 35.9 / 37.5 us at 1 / 16 / 32 tokens,
-// 2 against 1 at 64 tokens 46.1 to 45.4 (one H200 run); the ring's budget
-// leaves 4 / 3 / 4 / 5 stages for 16 / 32 / 64 / 128 tokens.
+// A stage holds kTiles consecutive K tiles: one bulk copy of the group's
+// kTiles x 8 KB (contiguous in the fragment layout) and one TMA box of x's
+// 2 kTiles chunks. Larger stages stream faster: with both warpgroups on
+// every stage, 4 / 4 / 2 tiles at 16 / 32 / 64 tokens took V4-Pro 35.2 /
+// 35.8 / 44.5 us where 2 / 2 / 1 took 40.4 / 42.4 / 47.0 (one H200 run);
+// the ring's budget leaves 4 / 3 / 4 / 5 stages for 16 / 32 / 64 / 128
+// tokens.
 template <int kBlockN>
 constexpr int kStageTiles = kBlockN <= 32 ? 4 : kBlockN == 64 ? 2 : 1;
 template <int kBlockN, int kTiles>
