@@ -35,8 +35,8 @@ constexpr int kMaxSplits = 8;
 // or down (rows = H, out f32).
 struct Fp8Projection {
   const __nv_bfloat16* x;  // [T, K]
-  int32_t tokens, K, rows, tiles_k, m_tiles;
-  const uint8_t* w;        // fp8_fragment_layout.hpp: m_tiles x tiles_k blocks of 2 KB
+  int32_t tokens, K, rows, tiles_k;
+  const uint8_t* w;        // fp8_fragment_layout.hpp: ceil(rows / 16) x tiles_k blocks of 2 KB
   const float* scale;      // [rows / 8, tiles_k]
   bool has_limit;
   float limit;
@@ -92,7 +92,7 @@ __device__ __forceinline__ void load_weight_tile(const Fp8Projection& p, int u, 
     w.scale_lo = w.scale_hi = 0.0f;
     return;
   }
-  const uint8_t* base = p.w + fp8_fragment_block(p.m_tiles, p.tiles_k, u, kt) * kFp8FragTileBytes + lane * 16;
+  const uint8_t* base = p.w + fp8_fragment_block((p.rows + 15) / 16, p.tiles_k, u, kt) * kFp8FragTileBytes + lane * 16;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     w.lo[c] = ptx::ld_global_stream_v4(base + (2 * c) * 512);
@@ -465,11 +465,11 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream) {
   const int n8 = a.tokens <= 8 ? 1 : a.tokens <= 16 ? 2 : a.tokens <= 32 ? 4 : 8;
   const int32_t T = int32_t(a.tokens), H = int32_t(a.hidden), Is = int32_t(a.inter);
   const Fp8Projection gate_up{.x = a.x, .tokens = T, .K = H, .rows = 2 * Is, .tiles_k = int32_t(ceil_div(H, kTileK)),
-                              .m_tiles = Is / 8, .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit,
-                              .limit = a.limit, .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
+                              .w = a.w13, .scale = a.w13_scale, .has_limit = a.has_limit, .limit = a.limit,
+                              .h = a.h, .out = nullptr, .partial = a.partial, .counters = a.counters};
   const Fp8Projection down{.x = a.h, .tokens = T, .K = Is, .rows = H, .tiles_k = int32_t(ceil_div(Is, kTileK)),
-                           .m_tiles = int32_t(ceil_div(H, 16)), .w = a.w2, .scale = a.w2_scale, .has_limit = false,
-                           .limit = 0.0f, .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
+                           .w = a.w2, .scale = a.w2_scale, .has_limit = false, .limit = 0.0f,
+                           .h = nullptr, .out = a.out, .partial = a.partial, .counters = a.counters};
   launch_projection<true>(gate_up, n8, a, stream);
   launch_projection<false>(down, n8, a, stream);
 }
