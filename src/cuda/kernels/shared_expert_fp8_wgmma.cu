@@ -74,8 +74,7 @@ static_assert(kScaleSlots * kMaxScaleTiles % kConsumerThreads == 0, "whole round
 // 35.8 / 44.5 us where 2 / 2 / 1 took 40.4 / 42.4 / 47.0 (one H200 run);
 // the ring's budget leaves 4 / 3 / 4 / 5 stages for 16 / 32 / 64 / 128
 // tokens.
-template <int kBlockN>
-constexpr int kStageTiles = kBlockN <= 32 ? 4 : kBlockN == 64 ? 2 : 1;
+constexpr int stage_tiles(int block_n) { return block_n <= 32 ? 4 : block_n == 64 ? 2 : 1; }
 template <int kBlockN, int kTiles>
 struct Ring {
   static constexpr int kXChunk = kBlockN * 128;  // [kBlockN][64] BF16, 128-byte swizzled
@@ -96,8 +95,8 @@ struct Ring {
   // The epilogue's hand-over of warpgroup 1's sums reuses the ring.
   static_assert(kGroupThreads * (kBlockN / 2) * 4 <= kStages * kStageBytes, "the hand-over fits the ring");
 };
-static_assert(Ring<16, kStageTiles<16>>::smem() <= 227 * 1024 && Ring<32, kStageTiles<32>>::smem() <= 227 * 1024 &&
-                  Ring<64, kStageTiles<64>>::smem() <= 227 * 1024 && Ring<128, kStageTiles<128>>::smem() <= 227 * 1024,
+static_assert(Ring<16, stage_tiles(16)>::smem() <= 227 * 1024 && Ring<32, stage_tiles(32)>::smem() <= 227 * 1024 &&
+                  Ring<64, stage_tiles(64)>::smem() <= 227 * 1024 && Ring<128, stage_tiles(128)>::smem() <= 227 * 1024,
               "within the opt-in limit");
 
 struct WgmmaProjection {
@@ -356,7 +355,7 @@ void launch_tiles(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t
 
 template <int kBlockN, bool kSwiGlu>
 void launch(const WgmmaProjection& p, const CUtensorMap& map, cudaStream_t stream) {
-  launch_tiles<kBlockN, kStageTiles<kBlockN>, kSwiGlu>(p, map, stream);
+  launch_tiles<kBlockN, stage_tiles(kBlockN), kSwiGlu>(p, map, stream);
 }
 
 template <bool kSwiGlu>
@@ -373,7 +372,7 @@ void launch_width(const WgmmaProjection& p, const CUtensorMap (&maps)[kFp8WgmmaW
 
 template <int kBlockN>
 void allow_smem() {
-  constexpr int n = kStageTiles<kBlockN>;
+  constexpr int n = stage_tiles(kBlockN);
   allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, n, true>, Ring<kBlockN, n>::smem());
   allow_smem_at_least(shared_fp8_wgmma_kernel<kBlockN, n, false>, Ring<kBlockN, n>::smem());
 }
@@ -386,16 +385,14 @@ Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat1
               " H=", hidden, " Is=", inter, " (H and Is multiples of 64)");
   Fp8WgmmaMaps m;
   // x_perm [T, H] and h [T, Is] as [chunks of 64 columns][T][64]: a
-  // stage's box of 2 kStageTiles chunks lands as the ring's [chunk][token][64].
-  const uint32_t chunks[kFp8WgmmaWidths] = {2 * kStageTiles<16>, 2 * kStageTiles<32>, 2 * kStageTiles<64>,
-                                            2 * kStageTiles<128>};
+  // stage's box of 2 stage_tiles chunks lands as the ring's [chunk][token][64].
   for (int i = 0; i < kFp8WgmmaWidths; ++i) {
-    const uint32_t width = uint32_t(kWidths[i]);
+    const uint32_t width = uint32_t(kWidths[i]), chunk_count = uint32_t(2 * stage_tiles(kWidths[i]));
     m.x[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x_perm,
                              {64, uint64_t(max_tokens), uint64_t(hidden / 64)}, {uint64_t(hidden) * 2, 128},
-                             {64, width, chunks[i]}, CU_TENSOR_MAP_SWIZZLE_128B);
+                             {64, width, chunk_count}, CU_TENSOR_MAP_SWIZZLE_128B);
     m.h[i] = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, h, {64, uint64_t(max_tokens), uint64_t(inter / 64)},
-                             {uint64_t(inter) * 2, 128}, {64, width, chunks[i]}, CU_TENSOR_MAP_SWIZZLE_128B);
+                             {uint64_t(inter) * 2, 128}, {64, width, chunk_count}, CU_TENSOR_MAP_SWIZZLE_128B);
   }
   m.max_tokens = max_tokens;
   allow_smem<16>();
