@@ -7,7 +7,12 @@
 // consecutive layers, as in a model), so that no run finds the previous
 // run's weights in L2. Ceilings are measured in the same run: HBM read
 // bandwidth and the BF16 dense peak (cuBLAS). Roofline per row:
-// max(weight bytes / read BW, 6 T H Is / BF16 peak). Usage:
+// max(weight bytes / read BW, 6 T H Is / BF16 peak). Two times per form:
+// host-inclusive (each forward launched on an idle GPU and timed with
+// events around the launches, as an eager caller sees it) and device time
+// (each copy's forward captured as a CUDA graph between two event nodes, so
+// the launches are not in it, as an engine replaying a captured decode step
+// sees it); the fraction is of the device time. Usage:
 //   nvfp4moe_shared_expert_bench [--tokens 1,8,16,32,64,128,512,2048] [--reps N]
 // Prints one markdown table.
 #include <cuda_bf16.h>
@@ -94,6 +99,39 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
   }
 }
 
+// Median device time of one forward: each copy's forward captured once as a
+// graph with external event nodes before and after it, replayed in turn.
+double graph_time_us(int reps, std::vector<std::unique_ptr<DeviceSharedExpert>>& layers, const __nv_bfloat16* x,
+                     int64_t tokens, float* out, cudaStream_t s) {
+  struct Captured {
+    CudaEvent begin, end;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::vector<Captured> graphs(layers.size());
+  for (size_t c = 0; c < layers.size(); ++c) {
+    cudaGraph_t graph = nullptr;
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(graphs[c].begin.get(), s, cudaEventRecordExternal));
+    layers[c]->run(x, true, tokens, out, s);
+    NVFP4_CUDA_CHECK(cudaEventRecordWithFlags(graphs[c].end.get(), s, cudaEventRecordExternal));
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&graphs[c].exec, graph, 0));
+    NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  std::vector<double> us;
+  for (int rep = -1; rep < reps; ++rep) {  // rep -1: warm-up
+    Captured& g = graphs[size_t(rep + 1) % graphs.size()];
+    NVFP4_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
+    NVFP4_CUDA_CHECK(cudaEventSynchronize(g.end.get()));
+    float ms = 0;
+    NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, g.begin.get(), g.end.get()));
+    if (rep >= 0) us.push_back(1e3 * double(ms));
+  }
+  for (Captured& g : graphs) NVFP4_CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
   for (const char* p = s; *p;) {
@@ -129,8 +167,10 @@ int main(int argc, char** argv) {
   const double read_bw = measure_read_bandwidth(int64_t(2) << 30, 10);
   const double peak = measure_bf16_gemm_flops(8192, 8192, 8192, 5);
   std::printf("ceilings: HBM read %.2f TB/s, BF16 dense %.0f TFLOP/s\n\n", read_bw / 1e12, peak / 1e12);
-  std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | FP8 roofline us | FP8 fraction | FP8 us: split / GEMV / wgmma / dequant + GEMM |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | BF16 device us | FP8 device us | device speed-up | "
+              "FP8 roofline us | FP8 fraction | FP8 us: split / GEMV / wgmma / dequant + GEMM |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  CudaStream stream;
   for (const Geometry g : {Geometry{"V4-Pro", 7168, 3072}, Geometry{"V4-Flash", 4096, 2048}}) {
     MoeConfig cfg = dsv4_pro_config();
     cfg.hidden = g.hidden;
@@ -157,6 +197,8 @@ int main(int argc, char** argv) {
         });
       };
       const double t16 = timed(bf16), t8 = timed(fp8);
+      const double g16 = graph_time_us(reps, bf16, x.get(), T, out.get(), stream.get());
+      const double g8 = graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get());
       std::string sweep;
       using Choice = DeviceSharedExpert::Fp8Choice;
       const Choice variants[] = {{Fp8SharedPath::Split, 0, 0}, {Fp8SharedPath::Gemv, 0, 0},
@@ -171,8 +213,9 @@ int main(int argc, char** argv) {
       }
       for (auto& l : fp8) l->set_fp8_choice(Choice{});
       const double roof = std::max(weight_bytes / read_bw, 6.0 * double(T) * double(g.hidden) * double(g.inter) / peak) * 1e6;
-      std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s |\n", g.name, static_cast<long long>(T), t16,
-                  t8, t16 / t8, roof, 100.0 * roof / t8, sweep.c_str());
+      std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s |\n", g.name,
+                  static_cast<long long>(T), t16, t8, t16 / t8, g16, g8, g16 / g8, roof, 100.0 * roof / g8,
+                  sweep.c_str());
     }
   }
   return 0;
