@@ -13,6 +13,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
@@ -283,6 +284,38 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
   EXPECT_FALSE(shared_fp8_wgmma_supports(a));
   a.inter = 3072;
   EXPECT_TRUE(shared_fp8_wgmma_supports(a));
+}
+
+// Auto's choice between the GEMV and wgmma forms: from 9 tokens for a
+// layer of 2^24 weights a projection or more (DeepSeek-V4-Pro, H = 7168,
+// Is = 3072), from 17 below (V4-Flash, H = 4096, Is = 2048); never without
+// power-of-two factors. Host logic only.
+TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
+  alignas(16) static uint8_t buffer[64];
+  Fp8WgmmaMaps maps;
+  maps.max_tokens = 64;
+  SharedFp8Args a;
+  a.x = a.h = a.x_perm = reinterpret_cast<__nv_bfloat16*>(buffer);
+  a.w13 = a.w2 = buffer;
+  a.scales_fold = true;
+  a.wgmma_maps = &maps;
+  EXPECT_EQ(shared_fp8_wgmma_min_tokens(7168, 3072), 9);
+  EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 4096), 9);
+  EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 2048), 17);
+  for (const auto& [hidden, inter, tokens, wgmma] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{{7168, 3072, 8, false},  {7168, 3072, 9, true},
+                                                                {7168, 3072, 16, true},  {4096, 2048, 16, false},
+                                                                {4096, 2048, 17, true},  {7168, 3072, 64, true}}) {
+    a.hidden = hidden;
+    a.inter = inter;
+    a.tokens = tokens;
+    EXPECT_EQ(shared_fp8_uses_wgmma(a), wgmma) << "H=" << hidden << " Is=" << inter << " T=" << tokens;
+  }
+  a.hidden = 7168;
+  a.inter = 3072;
+  a.tokens = 12;
+  a.scales_fold = false;
+  EXPECT_FALSE(shared_fp8_uses_wgmma(a));
 }
 
 TEST(SharedFp8, MatchesFp64OnRandomInputs) {
