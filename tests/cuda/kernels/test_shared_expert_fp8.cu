@@ -259,19 +259,26 @@ TEST(SharedFp8, OneHotTokensShowEveryWeight) {
   }
 }
 
-// The wgmma form keeps a CTA's tile factors in shared memory for K up to
-// 16384 (128 K tiles): one projection's K beyond it sends the layer to the
-// other forms, and forcing the wgmma form names the limit. Host logic only.
-TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
+// Arguments for the forms' host-side choices: aligned stand-in pointers
+// (never dereferenced), power-of-two factors, maps for 64 tokens.
+SharedFp8Args host_choice_args(Fp8WgmmaMaps& maps) {
   alignas(16) static uint8_t buffer[64];
-  Fp8WgmmaMaps maps;
   maps.max_tokens = 64;
   SharedFp8Args a;
   a.x = a.h = a.x_perm = reinterpret_cast<__nv_bfloat16*>(buffer);
   a.w13 = a.w2 = buffer;
-  a.tokens = 32;
   a.scales_fold = true;
   a.wgmma_maps = &maps;
+  return a;
+}
+
+// The wgmma form keeps a CTA's tile factors in shared memory for K up to
+// 16384 (128 K tiles): one projection's K beyond it sends the layer to the
+// other forms, and forcing the wgmma form names the limit. Host logic only.
+TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
+  Fp8WgmmaMaps maps;
+  SharedFp8Args a = host_choice_args(maps);
+  a.tokens = 32;
   a.path = Fp8SharedPath::Wgmma;
   a.hidden = 16384;
   a.inter = 16384;
@@ -291,14 +298,8 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
 // Is = 3072), from 17 below (V4-Flash, H = 4096, Is = 2048); never without
 // power-of-two factors. Host logic only.
 TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
-  alignas(16) static uint8_t buffer[64];
   Fp8WgmmaMaps maps;
-  maps.max_tokens = 64;
-  SharedFp8Args a;
-  a.x = a.h = a.x_perm = reinterpret_cast<__nv_bfloat16*>(buffer);
-  a.w13 = a.w2 = buffer;
-  a.scales_fold = true;
-  a.wgmma_maps = &maps;
+  SharedFp8Args a = host_choice_args(maps);
   EXPECT_EQ(shared_fp8_wgmma_min_tokens(7168, 3072), 9);
   EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 4096), 9);
   EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 2048), 17);
