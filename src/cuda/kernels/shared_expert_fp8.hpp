@@ -49,8 +49,8 @@ constexpr int64_t kFp8MaxSplitRows = 8;  // splits x token tiles (of 64) the wor
 // tokens where shared_fp8_wgmma_supports, else the GEMV form up to 16
 // tokens and the split form beyond; the others for tests and benchmarks).
 enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv, Wgmma };
-// 9 tokens for layers of at least 2^24 weights a projection (V4-Pro), 17
-// for smaller ones: on the H200 (nvfp4moe_shared_expert_bench, device
+// 9 tokens where H x Is is at least 2^24 (V4-Pro: 7168 x 3072), 17 below
+// (V4-Flash: 4096 x 2048): on the H200 (nvfp4moe_shared_expert_bench, device
 // time) the GEMV form's second n8 tile of tokens takes V4-Pro from 25.0 us
 // at 8 tokens to 32.3-33.2 at 10-16, where the wgmma form holds 29.4-29.7;
 // V4-Flash's GEMV form stays at 14.3-15.0 us there against the wgmma

@@ -293,9 +293,9 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
   EXPECT_TRUE(shared_fp8_wgmma_supports(a));
 }
 
-// Auto's choice between the GEMV and wgmma forms: from 9 tokens for a
-// layer of 2^24 weights a projection or more (DeepSeek-V4-Pro, H = 7168,
-// Is = 3072), from 17 below (V4-Flash, H = 4096, Is = 2048); never without
+// Auto's choice between the GEMV and wgmma forms: from 9 tokens where H x
+// Is is at least 2^24 (DeepSeek-V4-Pro, H = 7168, Is = 3072), from 17 below
+// (V4-Flash, H = 4096, Is = 2048); never without
 // power-of-two factors. Host logic only.
 TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
   Fp8WgmmaMaps maps;
