@@ -91,6 +91,19 @@ build_variant() {
       >> "$OUT/ab_build_$i.log" 2>&1 &&
     ninja -C "$ROOT/build-ab$i" -j "$JOBS" "$TARGET" >> "$OUT/ab_build_$i.log" 2>&1
 }
+# Every patch must apply to the tree as it is: checked before any build, so
+# that a stale patch costs seconds, not a round of builds.
+for variant in "${VARIANTS[@]}"; do
+  [[ "$variant" == patch:* ]] || continue
+  patch_file="${variant#patch:}"
+  patch_file="${patch_file%% *}"
+  if ! patch -d "$ROOT" -p1 --dry-run --force < "$ROOT/$patch_file" > /dev/null 2>&1; then
+    echo "device_ab: $patch_file does not apply to this tree:" >&2
+    patch -d "$ROOT" -p1 --dry-run --force < "$ROOT/$patch_file" >&2 || true
+    exit 1
+  fi
+done
+
 pids=()
 for i in "${!VARIANTS[@]}"; do
   build_variant "$i" &
