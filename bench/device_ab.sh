@@ -71,15 +71,19 @@ fi
 # The variants build side by side, each with its share of the cores: the
 # slowest translation unit is paid once, not once per variant.
 JOBS=$(( $(nproc) / ${#VARIANTS[@]} + 1 ))
+# The patch file of a "patch:FILE [defines]" variant.
+patch_of() {
+  local rest="${1#patch:}"
+  echo "${rest%% *}"
+}
 build_variant() {
   local i="$1" variant="${VARIANTS[$1]}" src="$ROOT" flags patch_file
   [[ "$variant" == "-" ]] && variant=""
   flags="$variant"
   : > "$OUT/ab_build_$i.log"
   if [[ "$variant" == patch:* ]]; then
-    variant="${variant#patch:}"
-    patch_file="${variant%% *}"
-    flags="${variant#"$patch_file"}"
+    patch_file="$(patch_of "$variant")"
+    flags="${variant#patch:"$patch_file"}"
     src="$ROOT/build-ab$i-src"
     rm -rf "$src" && mkdir -p "$src"
     tar -C "$ROOT" --exclude='./build*' --exclude='./.deps' --exclude='./.git' -cf - . | tar -C "$src" -xf -
@@ -95,8 +99,7 @@ build_variant() {
 # that a stale patch costs seconds, not a round of builds.
 for variant in "${VARIANTS[@]}"; do
   [[ "$variant" == patch:* ]] || continue
-  patch_file="${variant#patch:}"
-  patch_file="${patch_file%% *}"
+  patch_file="$(patch_of "$variant")"
   if ! patch -d "$ROOT" -p1 --dry-run --force < "$ROOT/$patch_file" > /dev/null 2>&1; then
     echo "device_ab: $patch_file does not apply to this tree:" >&2
     patch -d "$ROOT" -p1 --dry-run --force < "$ROOT/$patch_file" >&2 || true

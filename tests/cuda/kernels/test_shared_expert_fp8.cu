@@ -295,8 +295,8 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
 
 // Auto's choice between the GEMV and wgmma forms: from 9 tokens where H x
 // Is is at least 2^24 (DeepSeek-V4-Pro, H = 7168, Is = 3072), from 17 below
-// (V4-Flash, H = 4096, Is = 2048); never without
-// power-of-two factors. Host logic only.
+// (V4-Flash, H = 4096, Is = 2048); never without power-of-two factors.
+// Host logic only.
 TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
   Fp8WgmmaMaps maps;
   SharedFp8Args a = host_choice_args(maps);
