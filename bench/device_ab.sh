@@ -14,7 +14,7 @@
 # (-DNVFP4MOE_BUILD_BENCH=ON, CMAKE_CUDA_FLAGS = its defines), all variants
 # at once. Then they run in turn, --rounds times (A B A B ...):
 #   default      the routed-expert bench (target nvfp4moe_routed_bench) on
-#                --tokens / --experts;
+#                --tokens / --experts (and --format / --act when given);
 #   --cli "ARGS" `nvfp4moe ARGS` instead (repeatable); built against the NCCL
 #                of torch's Python environment when it has one, so that
 #                `bench --ep R` runs too;
@@ -22,6 +22,7 @@
 #                nvfp4moe_shared_expert_bench) with ARGS instead, e.g.
 #                --shared "--tokens 16,32,64 --reps 20".
 # Usage: bench/device_ab.sh [--tokens 1,8,64,512] [--experts 48,384] [--reps 10] [--rounds 2]
+#                           [--format nvfp4,mxfp4] [--act nvfp4,bf16,fp8]
 #                           [--cli "ARGS"]... [--shared "ARGS"] VARIANT...
 #   e.g. bench/device_ab.sh --tokens 1,8 - "-DNVFP4MOE_DECODE_RING_MIN_NTILES=1"
 #        bench/device_ab.sh --cli "bench --ep 1 --experts 48 --tokens 1,8 --graph" - patch:base.diff
@@ -32,6 +33,7 @@ TOKENS="1,8,64,512"
 EXPERTS="48,384"
 REPS=10
 ROUNDS=2
+ROUTED_ARGS=()
 CLI_ARGS=()
 SHARED_ARGS=""
 VARIANTS=()
@@ -41,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --experts) EXPERTS="$2"; shift 2 ;;
     --reps) REPS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
+    --format|--act) ROUTED_ARGS+=("$1" "$2"); shift 2 ;;
     --cli) CLI_ARGS+=("$2"); shift 2 ;;
     --shared) SHARED_ARGS="$2"; shift 2 ;;
     *) VARIANTS+=("$1"); shift ;;
@@ -138,7 +141,7 @@ for round in $(seq 1 "$ROUNDS"); do
         echo "rc=$?" >> "$log"
     else
       timeout 300 "$ROOT/build-ab$i/bench/nvfp4moe_routed_bench" --tokens "$TOKENS" --experts "$EXPERTS" \
-        --reps "$REPS" --no-simple >> "$log" 2>&1 || echo "rc=$?" >> "$log"
+        --reps "$REPS" --no-simple "${ROUTED_ARGS[@]}" >> "$log" 2>&1 || echo "rc=$?" >> "$log"
     fi
   done
 done
