@@ -1,10 +1,10 @@
 // CPU backend forward time at DeepSeek-V4 geometries (docs/performance.md,
-// "CPU backend"). Weights are random NVFP4 BYTES (codes uniform, scale bytes in a
-// realistic range), not a synthetic model: the forward's time does not depend
-// on the values, and generating 3.6 GB of quantized Flash weights from dense
-// ones takes minutes on a small machine. The router gate is random, so
-// routing is close to uniform, as with trained DeepSeek routers under load
-// balancing.
+// "CPU backend"). Weights are random NVFP4 BYTES (make_random_nvfp4_moe: codes
+// uniform, scale bytes in a realistic range), not a synthetic model: the
+// forward's time does not depend on the values, and generating 3.6 GB of
+// quantized Flash weights from dense ones takes minutes on a small machine.
+// The router gate is random, so routing is close to uniform, as with trained
+// DeepSeek routers under load balancing.
 //
 // Per T it prints the memory floor: bytes of the touched experts (codes and
 // scales of W13 and W2), the shared expert and the router gate over the read
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cpu_read_bandwidth.hpp"
+#include "moe/random_weights.hpp"
 #include "nvfp4moe/moe.hpp"
 
 using namespace nvfp4moe;
@@ -46,37 +47,12 @@ int main(int argc, char** argv) {
   const bool cold = !(argc > 4 && std::string(argv[4]) == "warm");
   const int64_t E = c.experts, H = c.hidden, I = c.intermediate;
 
-  MoeWeights w;
-  w.config = c;
-  ExpertWeights& x = w.experts;
-  x.count = E;
-  x.hidden = H;
-  x.intermediate = I;
-  std::mt19937_64 rng(1);
-  auto fill = [&](std::vector<uint8_t>& v, size_t n, bool scale) {
-    v.resize(n);
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-      const uint64_t r = rng();
-      for (int b = 0; b < 8; ++b) v[i + size_t(b)] = uint8_t(r >> (8 * b));
-    }
-    if (scale)
-      for (auto& b : v) b = uint8_t(0x30 + (b & 0x0f));  // UE4M3 0.5 .. 1.9
-  };
-  fill(x.w13_codes, size_t(E * 2 * I * H / 2), false);
-  fill(x.w13_scales, size_t(E * 2 * I * H / 16), true);
-  fill(x.w2_codes, size_t(E * H * I / 2), false);
-  fill(x.w2_scales, size_t(E * H * I / 16), true);
-  x.w13_global.assign(size_t(E * 2), 1e-3f);
-  x.w2_global.assign(size_t(E), 1e-3f);
-  w.router.gate.resize(size_t(E * H));
-  for (auto& g : w.router.gate) g = float(int(rng() % 2001) - 1000) * 1e-5f;
+  MoeWeights w = make_random_nvfp4_moe(c, /*seed=*/1);
   const int64_t Is = c.shared_inter();
-  w.shared.w1.assign(size_t(Is * H), bf16_from_float(0.01f));
-  w.shared.w3 = w.shared.w1;
-  w.shared.w2 = w.shared.w1;
   MoeOptions o;
   o.threads = threads;
   Moe moe(std::move(w), o);
+  std::mt19937_64 rng(1);  // inputs
 
   // The bandwidth buffer stays: reading it before each timed forward evicts
   // the weights from every cache (this machine's last-level cache can hold a
