@@ -30,6 +30,7 @@
 #include "cuda/backend/device_shared_expert.hpp"
 #include "cuda/cuda_check.hpp"
 #include "format/nvfp4_codec.hpp"
+#include "moe/random_weights.hpp"
 #include "nvfp4moe/moe.hpp"
 
 using namespace nvfp4moe;
@@ -45,19 +46,11 @@ struct Geometry {
 };
 
 // Random E4M3 weights (no NaN) with power-of-two tile scales, as DeepSeek-V4
-// stores its shared experts, and the BF16 weights of the same values.
+// stores its shared experts (make_random_fp8_shared_expert), and the BF16
+// weights of the same values.
 struct Layer {
   SharedExpertWeights fp8, bf16;
 };
-
-std::vector<uint8_t> random_e4m3(SplitMix64& rng, int64_t n) {
-  std::vector<uint8_t> v(static_cast<size_t>(n));
-  for (auto& b : v) {
-    b = uint8_t(rng.next());
-    if ((b & 0x7F) == 0x7F) b = 0x3F;
-  }
-  return v;
-}
 
 std::vector<Bf16> widen(const std::vector<uint8_t>& q, const std::vector<float>& scale, int64_t rows, int64_t cols) {
   const int64_t tiles_k = (cols + 127) / 128;
@@ -70,22 +63,10 @@ std::vector<Bf16> widen(const std::vector<uint8_t>& q, const std::vector<float>&
 }
 
 Layer make_layer(const Geometry& g, uint64_t seed) {
-  SplitMix64 rng{seed};
   const int64_t H = g.hidden, Is = g.inter;
   Layer l;
-  SharedExpertWeights& f = l.fp8;
-  f.format = SharedExpertFormat::Fp8Block;
-  f.w1_fp8 = random_e4m3(rng, Is * H);
-  f.w3_fp8 = random_e4m3(rng, Is * H);
-  f.w2_fp8 = random_e4m3(rng, H * Is);
-  auto scales = [&](int64_t rows, int64_t cols) {
-    std::vector<float> s(size_t(((rows + 127) / 128) * ((cols + 127) / 128)));
-    for (auto& v : s) v = std::ldexp(1.0f, -12 + int(rng.next() % 4));
-    return s;
-  };
-  f.w1_scale = scales(Is, H);
-  f.w3_scale = scales(Is, H);
-  f.w2_scale = scales(H, Is);
+  l.fp8 = make_random_fp8_shared_expert(H, Is, seed);
+  const SharedExpertWeights& f = l.fp8;
   l.bf16.format = SharedExpertFormat::Bf16;
   l.bf16.w1 = widen(f.w1_fp8, f.w1_scale, Is, H);
   l.bf16.w3 = widen(f.w3_fp8, f.w3_scale, Is, H);

@@ -112,4 +112,32 @@ MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t fi
   return w;
 }
 
+int fp8_shared_factor_exponent(int64_t k) { return -int(std::lround(std::log2(kE4m3ByteRms * std::sqrt(double(k))))); }
+
+SharedExpertWeights make_random_fp8_shared_expert(int64_t hidden, int64_t shared_inter, uint64_t seed) {
+  NVFP4_CHECK(hidden > 0 && shared_inter > 0, "make_random_fp8_shared_expert: H=", hidden, " Is=", shared_inter);
+  const int64_t H = hidden, Is = shared_inter, t = SharedExpertWeights::kFp8Tile;
+  auto e4m3 = [](SplitMix& r) {
+    uint8_t b = uint8_t(r.next());
+    while ((b & 0x7F) == 0x7F) b = uint8_t(r.next());
+    return b;
+  };
+  // 2^-round(log2(kE4m3Rms sqrt(K))) times 2^-1, 1 or 2 per tile.
+  auto factors = [&](std::vector<float>& v, int64_t rows, int64_t cols, uint64_t tensor) {
+    const int base = fp8_shared_factor_exponent(cols);
+    fill(v, ((rows + t - 1) / t) * ((cols + t - 1) / t), seed, tensor,
+         [&](SplitMix& r) { return std::ldexp(1.0f, base + int(r.next() % 3) - 1); });
+  };
+  SharedExpertWeights s;
+  s.format = SharedExpertFormat::Fp8Block;
+  fill(s.w1_fp8, Is * H, seed, 13, e4m3);
+  fill(s.w3_fp8, Is * H, seed, 14, e4m3);
+  fill(s.w2_fp8, H * Is, seed, 15, e4m3);
+  factors(s.w1_scale, Is, H, 16);
+  factors(s.w3_scale, Is, H, 17);
+  factors(s.w2_scale, H, Is, 18);
+  s.validate(H, Is);
+  return s;
+}
+
 }  // namespace nvfp4moe

@@ -19,4 +19,16 @@ namespace nvfp4moe {
 MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t first = 0, int64_t count = 0,
                                  int64_t vocab = 1024);
 
+// A block-scaled FP8 shared expert of [Is, H] / [H, Is], as both DeepSeek-V4
+// releases hold theirs: random E4M3 bytes (never the NaNs 0x7F / 0xFF) and
+// one power-of-two factor per 128 x 128 tile (an F8_E8M0 `scale`), 2^-1 ..
+// 2^1 times 2^fp8_shared_factor_exponent(K), so that an N(0, 1) input gives
+// O(1) projections.
+SharedExpertWeights make_random_fp8_shared_expert(int64_t hidden, int64_t shared_inter, uint64_t seed);
+
+// The RMS of the values of uniformly random non-NaN E4M3 bytes (100.06), and
+// the exponent e of 2^e ~ 1 / (that RMS x sqrt(K)): -round(log2(100.06 sqrt(K))).
+constexpr double kE4m3ByteRms = 100.06;
+int fp8_shared_factor_exponent(int64_t k);
+
 }  // namespace nvfp4moe
