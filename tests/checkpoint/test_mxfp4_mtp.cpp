@@ -141,8 +141,11 @@ TEST_F(Mxfp4Mtp, HuggingFaceLayerWithMxfp4ExpertsLoads) {
       EXPECT_EQ(s.problems[0], "the quantization manifest gives model.layers.1.mlp.experts NVFP4 but its experts are MXFP4");
     }
   // The fixture's DeepSeek MTP block (excluded from the manifest) is loadable.
-  for (const MoeLayerSummary& s : summarize_moe_layers(ModelDir(a())))
-    if (s.mtp) EXPECT_TRUE(s.loadable && s.routed_format == "MXFP4") << s.block;
+  for (const MoeLayerSummary& s : summarize_moe_layers(ModelDir(a()))) {
+    if (s.mtp) {
+      EXPECT_TRUE(s.loadable && s.routed_format == "MXFP4") << s.block;
+    }
+  }
   // A scale of the wrong shape is reported, not thrown.
   test::replace_in_model(b(), "model.layers.1.mlp.experts.2.down_proj.scale", DType::F8E8M0, {256, 10},
                          std::vector<uint8_t>(2560, 127));
