@@ -165,23 +165,26 @@ def layer_table(csv_path, log_path):
             how = "measured in the same run" if m.group(1) == "measured now" else f"({m.group(1)})"
             out.append(f"Ceilings {how}: {m.group(2).strip()}.")
             out.append("")
-    out.append("| workload | T | format | act | tokens | pairs | experts touched | forward us | GB | GFLOP "
-               "| roofline us | fraction |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| workload | T | format | act | shared expert | tokens | pairs | experts touched | forward us | GB "
+               "| GFLOP | roofline us | fraction |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with open(csv_path) as f:
         for r in csv.DictReader(f):
             # The format's own roofline where the CSV has it (other formats than NVFP4 alone).
             roof_us = float(r.get("checkpoint_roofline_us") or r["roofline_us"])
             frac = float(r.get("checkpoint_fraction") or r["fraction"])
+            # The shared expert: the `shared` column of --shared fp8, else BF16 for ep1 and none for ep8.
+            shared = r.get("shared") or ("none" if r["workload"] == "ep8" else "bf16")
             out.append(f"| {r['workload']} | {r['T']} | {r.get('format') or 'nvfp4'} | {r.get('act') or 'nvfp4'} "
-                       f"| {r['rows']} | {r['pairs']} | {r['experts']} "
+                       f"| {shared} | {r['rows']} | {r['pairs']} | {r['experts']} "
                        f"| {float(r['time_us']):.1f} | {float(r['bytes']) / 1e9:.3f} | {float(r['flops']) / 1e9:.1f} "
                        f"| {roof_us:.1f} | {percent(frac)} |")
     out.append("")
     out.append("Forward: `Moe::forward` on the cuda backend with caller routing, median over rotated inputs. "
                "ep8: one rank of 8 (48 local experts fed the pairs of 8T tokens, routed experts only); ep1: "
                "all 384 experts and the shared expert. GB: the bytes the device reads (the touched experts at "
-               "4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared expert's BF16 weights for ep1). Roofline "
+               "4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared expert's weights for ep1: BF16, or FP8 "
+               "with its tile factors). Roofline "
                "from the row's FLOPs and its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) "
                "against the ceilings above.")
     return out

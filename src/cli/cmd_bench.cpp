@@ -7,7 +7,9 @@
 //        receives from 8T tokens x top-6 (slots of other ranks' experts -1,
 //        tokens with no local slot dropped); routed experts only, as the
 //        per-rank local compute of an expert-parallel layer;
-//   ep1: all 384 experts and the shared expert on one GPU, T tokens.
+//   ep1: all 384 experts and the shared expert on one GPU, T tokens (its
+//        weights BF16, or with --shared fp8 block-scaled FP8 as both
+//        DeepSeek-V4 releases hold them).
 // Weights are random code bytes and sane scale bytes made directly (14 GB for
 // 384 experts), never quantized from dense values: NVFP4, or with --format
 // mxfp4 MXFP4 as DeepSeek's release holds them (cli/bench_weights.hpp),
@@ -48,17 +50,21 @@ constexpr const char* kUsage =
     "usage: nvfp4moe bench [--workload ep8|ep1|both] [--tokens 1,8,64,512,2048,8192]\n"
     "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n"
     "                      [--format nvfp4|mxfp4] [--act nvfp4|bf16|fp8]   (routed experts' weights, activations)\n"
+    "                      [--shared bf16|fp8]   (the shared expert's weights, ep1 and --ep; default bf16)\n"
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
     "       nvfp4moe bench --ep R [--model dsv4-pro|dsv4-flash] [--experts E] [--tokens LIST] [--iters 20]\n"
     "                      [--warmup 3] [--seed S] [--combine f32|bf16] [--graph] [--max-tokens N] [--unbounded]\n"
+    "                      [--shared bf16|fp8]\n"
     "                      (R GPUs, one process each; --graph: one forward captured in a CUDA graph and replayed;\n"
     "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
     "                      token bound; docs/ep.md)\n";
 
-// What the routed experts are made of: weights and activations.
+// What the routed experts are made of (weights and activations), and the
+// shared expert's weights.
 struct Formats {
   ExpertFormat weights = ExpertFormat::Nvfp4;
   ActivationMode act = ActivationMode::Nvfp4;
+  SharedExpertFormat shared = SharedExpertFormat::Bf16;
   bool is_default() const { return weights == ExpertFormat::Nvfp4 && act == ActivationMode::Nvfp4; }
 };
 
@@ -138,7 +144,16 @@ struct Row {
   int64_t T = 0, tokens_in = 0, pairs = 0, experts = 0;
   double us = 0, bytes = 0, flops = 0, roof_us = 0;
   double ckpt_bytes = 0, ckpt_roof_us = 0;  // with the format's checkpoint bytes a weight
+  const char* shared = "none";              // the shared expert's weights: none, bf16 or fp8
 };
+
+// The bytes of a shared expert's weights (none when it has none): BF16, or
+// E4M3 with one FP32 factor per tile (on the device too).
+double shared_expert_bytes(const SharedExpertWeights& s) {
+  if (s.format == SharedExpertFormat::Bf16) return 2.0 * double(s.w1.size() + s.w3.size() + s.w2.size());
+  return double(s.w1_fp8.size() + s.w3_fp8.size() + s.w2_fp8.size()) +
+         4.0 * double(s.w1_scale.size() + s.w3_scale.size() + s.w2_scale.size());
+}
 
 struct Ceilings {
   double read_bps = 0, bf16_flops = 0;
@@ -171,6 +186,9 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
   // expert, then replaced), the routed experts as MXFP4 bytes.
   MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, mx ? 1 : count);
   if (mx) w.experts = make_random_mxfp4_experts(c, seed ^ 0x5eed, first, count);
+  if (c.shared_experts && formats.shared == SharedExpertFormat::Fp8Block)
+    w.shared = make_random_fp8_shared_expert(H, c.shared_inter(), seed ^ 0x5eed);
+  const double shared_bytes = shared_expert_bytes(w.shared);
   MoeOptions o;
   o.backend = Backend::Cuda;
   o.device = device;
@@ -182,7 +200,6 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
 
   const double expert_bytes = double(3 * H * I) * checkpoint_bits_per_weight(formats.weights) / 8;  // what the device reads
   const double ckpt_expert_bytes = double(3 * H * I) * checkpoint_bits_per_weight(formats.weights) / 8;
-  const double shared_bytes = double(3 * H * c.shared_inter()) * 2.0;
   DeviceBuffer<uint16_t> y(size_t(max_tokens * H));
   cuda::CudaStream stream;
   cuda::CudaEvent a, b;
@@ -218,12 +235,13 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
     Row r;
     r.workload = name;
     r.T = tlist[ti];
+    if (c.shared_experts) r.shared = formats.shared == SharedExpertFormat::Fp8Block ? "fp8" : "bf16";
     r.us = us[us.size() / 2];
     r.pairs = int64_t(pairs / iters + 0.5);
     r.experts = int64_t(touched / iters + 0.5);
     r.tokens_in = int64_t(tokens_in / iters + 0.5);
-    r.bytes = touched / iters * expert_bytes + (c.shared_experts ? shared_bytes : 0.0);
-    r.ckpt_bytes = touched / iters * ckpt_expert_bytes + (c.shared_experts ? shared_bytes : 0.0);
+    r.bytes = touched / iters * expert_bytes + shared_bytes;
+    r.ckpt_bytes = touched / iters * ckpt_expert_bytes + shared_bytes;
     r.flops = pairs / iters * 2.0 * 3.0 * double(H * I) +
               (c.shared_experts ? 2.0 * 3.0 * double(H * c.shared_inter()) * double(tlist[ti]) : 0.0);
     r.roof_us = std::max(r.bytes / ceil.read_bps, r.flops / ceil.bf16_flops) * 1e6;
@@ -249,12 +267,14 @@ int cmd_bench(int argc, char** argv) {
                   {flag("help"), flag("no-ceilings"), choice("workload", {"ep8", "ep1", "both"}),
                    int_list("tokens", 1, 8192), integer("iters", 1, kMaxIters), integer("warmup", 0, kMaxIters),
                    integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex),
-                   choice("format", {"nvfp4", "mxfp4"}), choice("act", {"nvfp4", "bf16", "fp8"})});
+                   choice("format", {"nvfp4", "mxfp4"}), choice("act", {"nvfp4", "bf16", "fp8"}),
+                   choice("shared", {"bf16", "fp8"})});
   const std::string workload = args.get("workload", "both");
   const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   const Formats formats{parse_format_option(args.get("format", "nvfp4")),
-                        parse_activation_mode(args.get("act", "nvfp4"))};
+                        parse_activation_mode(args.get("act", "nvfp4")),
+                        args.get("shared", "bf16") == "fp8" ? SharedExpertFormat::Fp8Block : SharedExpertFormat::Bf16};
   if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
   (void)iters, (void)warmup, (void)formats;  // parsed and checked all the same
@@ -280,6 +300,10 @@ int cmd_bench(int argc, char** argv) {
   // The default (NVFP4 weights and activations) prints what it always has;
   // other formats say what they are, and MXFP4 adds its checkpoint's roofline.
   const bool mx = formats.weights == ExpertFormat::Mxfp4;
+  const bool shared_fp8 = formats.shared == SharedExpertFormat::Fp8Block;
+  if (shared_fp8 && workload != "ep8")
+    std::printf("\nshared expert (ep1): block-scaled FP8 weights (E4M3, one power-of-two factor per 128 x 128 "
+                "tile), GB counts a byte a weight and the factors\n");
   if (!formats.is_default())
     std::printf("\nrouted experts: %s weights, %s activations; GB, roof_us and frac count the bytes the device "
                 "reads (%.2f bits a weight)%s\n", format_option_name(formats.weights),
@@ -299,9 +323,11 @@ int cmd_bench(int argc, char** argv) {
     std::printf("\n");
   }
   if (auto csv = args.value("csv")) {
-    // Other formats append theirs and the checkpoint's roofline (bench/perf_table.py reads both forms).
+    // Other formats append theirs and the checkpoint's roofline, an FP8 shared
+    // expert a last column `shared` (bench/perf_table.py reads every form).
     std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction";
-    text += formats.is_default() ? "\n" : ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction\n";
+    if (!formats.is_default()) text += ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction";
+    text += shared_fp8 ? ",shared\n" : "\n";
     for (const Row& r : rows) {
       char line[512];
       std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f", r.workload.c_str(),
@@ -313,6 +339,7 @@ int cmd_bench(int argc, char** argv) {
                       activation_mode_name(formats.act), r.ckpt_bytes, r.ckpt_roof_us, r.ckpt_roof_us / r.us);
         text += line;
       }
+      if (shared_fp8) text += std::string(",") + r.shared;
       text += "\n";
     }
     fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output

@@ -99,12 +99,23 @@ class PerfTable(unittest.TestCase):
         old = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
         new = (head + ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction\n"
                "ep8,1,5,8,7,100.0,268000000,1100000000,60.10,0.6010,mxfp4,fp8,253000000,56.80,0.5680\n")
-        for csv_text, want in ((old, ["nvfp4", "nvfp4", "60.1", "51 %"]), (new, ["mxfp4", "fp8", "56.8", "57 %"])):
+        for csv_text, want in ((old, ["nvfp4", "nvfp4", "none", "60.1", "51 %"]),
+                               (new, ["mxfp4", "fp8", "none", "56.8", "57 %"])):
             text = self.run_table("--layer", "{layer}", layer=csv_text)
             rows = table_rows(text, "ep8")
             self.assertEqual(len(rows), 1, text)
-            self.assertEqual(rows[0][2:4] + rows[0][10:12], want)
-            self.assertEqual(rows[0][8], "0.268")  # GB: the bytes read, either form
+            self.assertEqual(rows[0][2:5] + rows[0][11:13], want)
+            self.assertEqual(rows[0][9], "0.268")  # GB: the bytes read, either form
+
+    def test_layer_csv_shared_expert_column(self):
+        head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
+        bf16 = head + "\nep1,1,1,6,6,150.0,400000000,1200000000,90.00,0.6000\n"
+        fp8 = (head + ",shared\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115,none\n"
+               "ep1,1,1,6,6,120.0,330000000,1200000000,74.00,0.6167,fp8\n")
+        self.assertEqual(table_rows(self.run_table("--layer", "{layer}", layer=bf16), "ep1")[0][4], "bf16")
+        text = self.run_table("--layer", "{layer}", layer=fp8)
+        self.assertEqual(table_rows(text, "ep8")[0][4], "none")
+        self.assertEqual([r[4] for r in table_rows(text, "ep1")], ["fp8"])
 
 
 if __name__ == "__main__":
