@@ -148,6 +148,9 @@ TEST(CliArgs, EveryCommandAppliesTheSameRules) {
   EXPECT_NE(r.err.find("--tokens item: 0 is out of range [1, 16777216]"), std::string::npos) << r.err;
   r = run_tool("run --ep 0");
   EXPECT_NE(r.err.find("--ep: 0 is out of range [1, 64]"), std::string::npos) << r.err;
+  r = run_tool("bench --shared fp16");  // parsed before the device is looked for
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--shared: 'fp16' is not one of bf16, fp8"), std::string::npos) << r.err;
 }
 
 }  // namespace
