@@ -232,6 +232,8 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
   WeightStats stats{dir, num, {}, {}};
   ConvertReport report;
   const int64_t shard_count = int64_t(model_shard_files(in).size());
+  std::mutex done_mu;  // orders the weight_done calls of the workers
+  int64_t weights_done = 0;
   RewriteSpec spec;
   spec.copy_directories = true;
   spec.extra_files = {{"hf_quant_config.json", hf_quant}};
@@ -324,6 +326,10 @@ ConvertReport convert_mxfp4_to_nvfp4(const std::string& in, const std::string& o
         stream.write(it.g, &q.g, sizeof q.g);
         it.blocks = q.blocks;
         it.exact_blocks = q.exact_blocks;
+        if (o.weight_done) {
+          const std::lock_guard<std::mutex> lock(done_mu);
+          o.weight_done(++weights_done, int64_t(plan.paths.size()), shard_name);
+        }
       });
       for (const Item& it : *items) {
         report.blocks += it.blocks;

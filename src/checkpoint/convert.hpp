@@ -43,6 +43,10 @@ struct ConvertOptions {
   std::function<ConvertNumerics()> make_numerics;
   int workers = 1;
   std::function<void(const std::string&)> progress;  // one line per shard
+  // Once per expert weight written (calls never overlap, whichever worker
+  // wrote it): `done` of the `total` expert weights the conversion writes,
+  // and the file name of the shard being written.
+  std::function<void(int64_t done, int64_t total, const std::string& shard)> weight_done;
 };
 
 struct ConvertReport {

@@ -7,6 +7,7 @@
 #include "checkpoint/convert.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "nvfp4moe/checkpoint.hpp"
 #include "nvfp4moe/error.hpp"
 
@@ -87,8 +88,13 @@ int cmd_convert(int argc, char** argv) {
       o.amax[t.name] = t.to_f32()[0];
     }
   }
-  o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  Progress bar("convert");  // a bar of expert weights on a terminal, with the shard lines above it
+  o.progress = [&bar](const std::string& line) { bar.say(line); };
+  o.weight_done = [&bar](int64_t done, int64_t total, const std::string& shard) {
+    bar.show(size_t(done), size_t(total), shard);
+  };
   const ConvertReport r = convert_mxfp4_to_nvfp4(in, out, o);
+  bar.finish();
   std::printf("%s -> %s: %lld expert weights to NVFP4, %lld tensors passed through, %lld shards\n", in.c_str(),
               out.c_str(), (long long)r.experts_converted, (long long)r.tensors_passed, (long long)r.shards);
   if (o.lossless) {

@@ -20,7 +20,6 @@
 // A triple is any prefix with a .weight_scale or .weight_scale_2; it is
 // validated as the loader validates it (checkpoint/nvfp4_weight.hpp), so a
 // NaN or negative block-scale byte or a missing member is an error.
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -37,6 +36,7 @@
 #include "checkpoint/nvfp4_weight.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "cli/quantize_pipeline.hpp"
 #include "common/json.hpp"
 #include "common/pattern.hpp"
@@ -57,33 +57,6 @@ constexpr const char* kDefaultIncludeDeepSeek = R"(^layers\.[0-9]+\.ffn\.experts
 const char* default_include(CheckpointLayout layout) {
   return layout == CheckpointLayout::DeepSeek ? kDefaultIncludeDeepSeek : kDefaultIncludeHuggingFace;
 }
-
-// A one-line progress bar on stderr, drawn only when stderr is a terminal.
-class Progress {
- public:
-  explicit Progress(const char* what) : what_(what), tty_(::isatty(2) != 0) {}
-  ~Progress() {
-    if (tty_ && drawn_) std::fputc('\n', stderr);
-  }
-  void set_total(size_t n) {
-    total_ = n;
-    done_ = 0;
-  }
-  void tick(const std::string& file) {
-    ++done_;
-    if (!tty_ || total_ == 0) return;
-    const int width = 30, filled = int(width * done_ / total_);
-    std::fprintf(stderr, "\r%s %s [%.*s%*s] %zu/%zu", what_, file.c_str(), filled,
-                 "##############################", width - filled, "", done_, total_);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-
- private:
-  const char* what_;
-  bool tty_, drawn_ = false;
-  size_t total_ = 0, done_ = 0;
-};
 
 std::string base_name(const std::string& path) {
   auto s = path.find_last_of('/');

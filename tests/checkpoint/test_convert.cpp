@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "checkpoint/checkpoint_files.hpp"
 #include "checkpoint/convert.hpp"
@@ -52,10 +53,22 @@ TEST(Convert, ModelOptQuantizeToNvfp4Layout) {
   const Release r = make_release(rng, 4);
   write_release(r, d / "in");
   std::vector<std::string> lines;
+  std::vector<int64_t> done;  // weight_done's counts, and its totals and shards
+  std::set<int64_t> totals;
+  std::set<std::string> shards;
   ConvertOptions o;
   o.progress = [&](const std::string& l) { lines.push_back(l); };
+  o.weight_done = [&](int64_t n, int64_t total, const std::string& shard) {
+    done.push_back(n);
+    totals.insert(total);
+    shards.insert(shard);
+  };
   const ConvertReport rep = convert_mxfp4_to_nvfp4(d / "in", d / "out", o);
   EXPECT_EQ(rep.experts_converted, 3 * kE);
+  ASSERT_EQ(done.size(), size_t(3 * kE));  // once per expert weight, counting up to the total
+  for (size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i], int64_t(i + 1));
+  EXPECT_EQ(totals, std::set<int64_t>{3 * kE});
+  EXPECT_EQ(shards, std::set<std::string>{"model-00001-of-00002.safetensors"});  // the second has no experts
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_NE(lines[0].find("convert: shard 1/2 model-00001-of-00002.safetensors: 6 expert weights to NVFP4"),
             std::string::npos) << lines[0];
@@ -232,9 +245,13 @@ TEST(Convert, WorkersWriteTheSameBytesAsOne) {
       return host_convert_numerics(1);
     };
     b.workers = 3;
+    std::vector<int64_t> done;  // the workers' weight_done calls, one at a time
+    b.weight_done = [&done](int64_t n, int64_t, const std::string&) { done.push_back(n); };
     const ConvertReport rep = convert_mxfp4_to_nvfp4(d / "in", three, b);
     EXPECT_EQ(made, 3);
     EXPECT_EQ(rep.experts_converted, 3 * kE);
+    ASSERT_EQ(done.size(), size_t(3 * kE));
+    for (size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i], int64_t(i + 1));
     for (const auto& f : std::filesystem::directory_iterator(one)) {
       if (!f.is_regular_file()) continue;
       const std::string name = f.path().filename().string();
