@@ -26,25 +26,37 @@ namespace nvfp4moe::cuda {
 
 namespace {
 
-constexpr int kConsumerWarpgroups = 2;
-constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+// Consumer warpgroups by width: three up to 64 positions, two above. NOTES:
+// at narrow widths the consumers' conversion, not the tensor cores, bounds a
+// stage (~2 instructions a weight), and a third warpgroup's warps hide its
+// chains (one H200 run, GEMMs us, two / three: 32 wide EP1 T=512 5455 /
+// 4725, EP8 T=64 656 / 575; 64 wide EP8 T=2048 3679 / 3169); from 96
+// positions the accumulators of three do not fit the registers (spills).
+template <int kBlockN>
+constexpr int kConsumerWarpgroups = kBlockN <= 64 ? 3 : 2;
+template <int kBlockN>
+constexpr int kConsumerWarps = 4 * kConsumerWarpgroups<kBlockN>;
 constexpr int kProducerThreads = 128;  // a whole warpgroup, so that it can give registers away
-constexpr int kThreads = 32 * kConsumerWarps + kProducerThreads;
-// NOTES: 384 threads start with 168 registers each (the register file is
-// split over 4 sub-partitions); the producer warpgroup drops to 80 (it spills
-// at 72) so that the consumers can hold 2 x 64 accumulators, two 16-register
-// A buffers, addresses and the SwiGLU epilogue (4 bytes spill at 200, in the
-// gate/up 128 variant only).
+template <int kBlockN>
+constexpr int kThreads = 32 * kConsumerWarps<kBlockN> + kProducerThreads;
+// NOTES: the register file is split over 4 sub-partitions, and a launch of
+// 384 (512) threads starts each with 168 (128) registers; the producer
+// warpgroup drops to 80 (it spills at 72) so that two consumer warpgroups can
+// hold 2 x 64 accumulators, two 16-register A buffers, addresses and the
+// SwiGLU epilogue (no spills at 200),
+// and three at up to 64 positions 2 x 32 of them in 144.
 constexpr int kProducerRegisters = 80;
-constexpr int kConsumerRegisters = 200;
+template <int kBlockN>
+constexpr int kConsumerRegisters = kConsumerWarpgroups<kBlockN> == 3 ? 144 : 200;
 // setmaxnreg.inc takes registers only from what the CTA's setmaxnreg.dec gave
 // back (SASS: USETMAXREG.TRY_ALLOC.CTAPOOL); a consumer warp asking for more
-// waits forever (216 hung the GPU tests). The
-// launch gives every thread 65536 / 384 registers, in steps of 8: 168.
-constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-static_assert(kConsumerWarps * 32 * (kConsumerRegisters - kLaunchRegisters) <=
-                  kProducerThreads * (kLaunchRegisters - kProducerRegisters),
-              "the consumers' extra registers must all come from the producer warpgroup's");
+// waits forever (216 hung the GPU tests). The launch gives every thread
+// 65536 / kThreads registers, in steps of 8.
+template <int kBlockN>
+constexpr int kLaunchRegisters = 65536 / kThreads<kBlockN> / 8 * 8;
+template <int kBlockN>
+constexpr bool kRegistersBalance = kConsumerWarps<kBlockN> * 32 * (kConsumerRegisters<kBlockN> - kLaunchRegisters<kBlockN>) <=
+                                   kProducerThreads * (kLaunchRegisters<kBlockN> - kProducerRegisters);
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
 constexpr int kStageK = kStageChunks * kMmaChunkK;
 constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
@@ -61,8 +73,8 @@ static_assert(kStageK == kActAtomBytes && kStageK == kFp8OperandBlock,
 // rows of one operand row per stage (BF16: one per chunk; FP8: one).
 template <Operand O>
 constexpr int kM64PerWarpgroup = O == Operand::Bf16 ? 2 : 1;
-template <Operand O>
-constexpr int kMTilesPerCta = kConsumerWarpgroups * 4 * kM64PerWarpgroup<O>;
+template <Operand O, int kBlockN>
+constexpr int kMTilesPerCta = kConsumerWarpgroups<kBlockN> * 4 * kM64PerWarpgroup<O>;
 template <Operand O>
 constexpr int kActRowsPerStage = O == Operand::Bf16 ? kStageChunks : 1;
 
@@ -70,14 +82,15 @@ constexpr int kActRowsPerStage = O == Operand::Bf16 ? kStageChunks : 1;
 template <Operand O, int kBlockN>
 struct Smem {
   static_assert(kBlockN % 32 == 0 && kBlockN >= 32 && kBlockN <= 128, "kBlockN: 32, 64, 96 or 128");
-  static constexpr int kMTiles = kMTilesPerCta<O>;
+  static_assert(kRegistersBalance<kBlockN>, "the consumers' extra registers must all come from the producer warpgroup's");
+  static constexpr int kMTiles = kMTilesPerCta<O, kBlockN>;
   static constexpr int kActChunk = kBlockN * kActAtomBytes;  // swizzled [kBlockN][128 bytes]: one operand box
   static constexpr int kActStage = kActRowsPerStage<O> * kActChunk;
   static constexpr int kCodeStage = kMTiles * kStageChunks * kFragBytes;
   static constexpr int kScaleStage = kMTiles * kScaleWordBytes;
   static constexpr int kActScaleStage = O == Operand::Fp8 ? kBlockN * 4 : 0;  // FP8: the positions' operand scales
   // As many stages as fit ~205 KB (kMaxLocalExperts' scheduler arrays take the rest), at most 8:
-  // BF16 4, 4, 6, 7 at 128, 96, 64, 32; FP8 8 at every width.
+  // BF16 4, 4, 4, 5 at 128, 96, 64, 32 (the narrow ones with three consumer warpgroups); FP8 8 at every width.
   static constexpr int kStageBytes = kActStage + kCodeStage + kScaleStage + kActScaleStage;
   static constexpr int kStages = 205 * 1024 / kStageBytes < 8 ? 205 * 1024 / kStageBytes : 8;
   static constexpr int kAct = 0;
@@ -302,7 +315,7 @@ __device__ __forceinline__ Cta<P, O, kBlockN> setup_cta(const GroupedGemmPlan& p
   c.k_stages = w.geometry.k_chunks / kStageChunks;
   const int32_t m_blocks = int32_t((c.m_tiles + S::kMTiles - 1) / S::kMTiles);
 
-  for (int e = tid; e <= c.local; e += kThreads) c.offsets[e] = plan.offsets[e];
+  for (int e = tid; e <= c.local; e += kThreads<kBlockN>) c.offsets[e] = plan.offsets[e];
   __syncthreads();
   if (warp == 0) {
     int32_t carry = 0;
@@ -318,11 +331,11 @@ __device__ __forceinline__ Cta<P, O, kBlockN> setup_cta(const GroupedGemmPlan& p
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       ptx::mbarrier_init(c.full_bar + 8 * s, C::kFullArrivals);
-      ptx::mbarrier_init(c.empty_bar + 8 * s, kConsumerWarps);
+      ptx::mbarrier_init(c.empty_bar + 8 * s, kConsumerWarps<kBlockN>);
     }
     for (int s = 0; s < S::kMetaSlots; ++s) {
       ptx::mbarrier_init(c.meta_full_bar + 8 * s, kProducerThreads);
-      ptx::mbarrier_init(c.meta_empty_bar + 8 * s, kConsumerWarps);
+      ptx::mbarrier_init(c.meta_empty_bar + 8 * s, kConsumerWarps<kBlockN>);
     }
     ptx::fence_mbarrier_init();
   }
@@ -693,7 +706,7 @@ __device__ __forceinline__ void consumers(const GroupedGemmPlan& plan, const Fra
   }
 }
 
-// One persistent CTA: setup, then the producer warpgroup and the two
+// One persistent CTA: setup, then the producer warpgroup and the
 // consumer warpgroups, each with its register budget.
 template <Projection P, Operand O, int kBlockN>
 __device__ __forceinline__ void prefill_gemm_cta(const GroupedGemmPlan& plan, const FragmentWeights& w,
@@ -706,12 +719,12 @@ __device__ __forceinline__ void prefill_gemm_cta(const GroupedGemmPlan& plan, co
   // their fixed stall (5-12 % of GEMM time).
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const Cta<P, O, kBlockN> c = setup_cta<P, O, kBlockN>(plan, w, mode, tid, warp, lane);
-  if (warp >= kConsumerWarps) {
+  if (warp >= kConsumerWarps<kBlockN>) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
-    producer(plan, maps, c, mode, tid - 32 * kConsumerWarps);
+    producer(plan, maps, c, mode, tid - 32 * kConsumerWarps<kBlockN>);
     return;
   }
-  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  ptx::setmaxnreg_inc<kConsumerRegisters<kBlockN>>();
   consumers(plan, w, c, mode, warp, lane);
 }
 
@@ -720,7 +733,7 @@ __device__ __forceinline__ void prefill_gemm_cta(const GroupedGemmPlan& plan, co
 // grid frees, and this grid completes only after the one it may overlap
 // (Sm90PrefillGemmConfig::overlap_previous), so completion stays in stream order.
 template <Projection P, Operand O, int kBlockN>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads<kBlockN>, 1)
     sm90_nvfp4_prefill_gemm_kernel(const __grid_constant__ GroupedGemmPlan plan,
                                    const __grid_constant__ FragmentWeights w, const __grid_constant__ WgmmaMaps maps,
                                    TokenBlocks mode) {
@@ -730,16 +743,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The maps hold the weights' and the operand's addresses, so they are built
-// on the host per call (a graph keeps them by value): the weights' once for
-// every launch of a call (they do not depend on the width), Down's operand
-// map per width (its box is block_n rows).
-template <Operand O>
+// on the host per launch (a graph keeps them by value): the weights' boxes
+// are a CTA's m-tiles (kMTilesPerCta), Down's operand box block_n rows.
+template <Operand O, int kBlockN>
 WgmmaMaps weight_maps(const GroupedGemmPlan& p, const FragmentWeights& w) {
   const FragmentGeometry& g = w.geometry;
   const uint64_t experts = uint64_t(p.local_experts), m_tiles = uint64_t(g.m_tiles);
   const uint64_t code_row = uint64_t(g.k_chunks) * kFragBytes;
   const uint64_t scale_row = uint64_t(g.k_chunks / kStageChunks) * uint64_t(g.scale_lanes) * 4;
-  constexpr uint32_t kMTiles = uint32_t(kMTilesPerCta<O>);
+  constexpr uint32_t kMTiles = uint32_t(kMTilesPerCta<O, kBlockN>);
   WgmmaMaps m{};
   m.codes = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT32, w.codes, {code_row / 4, m_tiles, experts},
                             {code_row, code_row * m_tiles}, {kStageChunks * kFragBytes / 4, kMTiles, 1});
@@ -749,8 +761,9 @@ WgmmaMaps weight_maps(const GroupedGemmPlan& p, const FragmentWeights& w) {
 }
 
 template <Projection P, Operand O, int kBlockN>
-void launch(const GroupedGemmPlan& p, const FragmentWeights& w, WgmmaMaps maps, const Sm90PrefillGemmConfig& cfg,
-            int sms, cudaStream_t stream) {
+void launch(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90PrefillGemmConfig& cfg, int sms,
+            cudaStream_t stream) {
+  WgmmaMaps maps = weight_maps<O, kBlockN>(p, w);
   const uint64_t k = uint64_t(w.geometry.k_chunks) * kMmaChunkK;
   if constexpr (P == Projection::Down && O == Operand::Bf16)
     maps.act = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.act, {k, uint64_t(p.act_rows)},
@@ -760,7 +773,7 @@ void launch(const GroupedGemmPlan& p, const FragmentWeights& w, WgmmaMaps maps, 
                                {uint64_t(p.ld_act)}, {kStageK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
   const size_t smem = Smem<O, kBlockN>::bytes(p.local_experts);
   const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
-  launch_dependent(sm90_nvfp4_prefill_gemm_kernel<P, O, kBlockN>, dim3(unsigned(grid)), dim3(kThreads), smem, stream,
+  launch_dependent(sm90_nvfp4_prefill_gemm_kernel<P, O, kBlockN>, dim3(unsigned(grid)), dim3(kThreads<kBlockN>), smem, stream,
                    cfg.overlap_previous, p, w, maps, cfg.blocks);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_prefill_gemm_kernel");
 }
@@ -794,14 +807,14 @@ std::string width_list() {
 
 // One launch of a plan check_plan accepted, at a width of kWgmmaWidths.
 template <Operand O>
-void dispatch(const GroupedGemmPlan& p, const FragmentWeights& w, const WgmmaMaps& maps,
-              const Sm90PrefillGemmConfig& cfg, int sms, cudaStream_t stream) {
+void dispatch(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90PrefillGemmConfig& cfg, int sms,
+              cudaStream_t stream) {
   for_each_width([&](auto width) {
     if (cfg.block_n != width.value) return false;
     if (p.projection == Projection::GateUp) {
-      launch<Projection::GateUp, O, width.value>(p, w, maps, cfg, sms, stream);
+      launch<Projection::GateUp, O, width.value>(p, w, cfg, sms, stream);
     } else {
-      launch<Projection::Down, O, width.value>(p, w, maps, cfg, sms, stream);
+      launch<Projection::Down, O, width.value>(p, w, cfg, sms, stream);
     }
     return true;
   });
@@ -846,10 +859,9 @@ template <Operand O>
 void launch_all(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90PrefillGemmConfig* one,
                 cudaStream_t stream) {
   const int sms = sm_count();
-  const WgmmaMaps maps = weight_maps<O>(p, w);
-  if (one) return dispatch<O>(p, w, maps, *one, sms, stream);
+  if (one) return dispatch<O>(p, w, *one, sms, stream);
   for (const int width : kWgmmaWidths)
-    dispatch<O>(p, w, maps, Sm90PrefillGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
+    dispatch<O>(p, w, Sm90PrefillGemmConfig{width, 0, TokenBlocks::Split, width != kWgmmaWidths[0]}, sms, stream);
 }
 
 void launch_plan(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90PrefillGemmConfig* one,

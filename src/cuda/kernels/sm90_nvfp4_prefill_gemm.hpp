@@ -5,11 +5,12 @@
 // sm90_nvfp4_decode_gemm (the fragment layout, fragment_layout.hpp), so a
 // layer keeps one copy of its experts whatever the batch. Built for many
 // tokens per expert:
-//   * one CTA = 2 consumer warpgroups + 1 producer warpgroup, persistent over
-//     tiles of 16 m-tiles (256 weight rows, 8 m-tiles per consumer
-//     warpgroup) x block_n token positions of one expert (one of
-//     kWgmmaWidths; TokenBlocks says which blocks a launch takes), K in
-//     stages of 128;
+//   * one CTA = 2 consumer warpgroups (3 at block_n <= 64, where the
+//     dequantization bounds a stage and more warps hide it) + 1 producer
+//     warpgroup, persistent over tiles of 8 m-tiles per consumer warpgroup
+//     (128 weight rows each: 256 or 384 a tile) x block_n token positions of
+//     one expert (one of kWgmmaWidths; TokenBlocks says which blocks a
+//     launch takes), K in stages of 128;
 //   * the producer warpgroup streams each stage into a ring: the m-tiles'
 //     code runs and scale words by TMA (one box each), the operand rows
 //     K-major in the 128-byte swizzle, by TMA for Down (consecutive
@@ -31,8 +32,8 @@
 //
 // The FP8 form (Operand::Fp8, plan.act_fp8 set; layout/fp8_operand.hpp): for
 // weights whose rows are E4M3 values times a power of two (w.fp8_rows) and
-// the `fp8` activation mode. The same pipeline with 8 m-tiles a CTA (one m64
-// tile per consumer warpgroup), the operand E4M3 rows (one 128-byte swizzle
+// the `fp8` activation mode. The same pipeline with 4 m-tiles per consumer
+// warpgroup (one m64 tile), the operand E4M3 rows (one 128-byte swizzle
 // row per position and stage) and their per-128-column scales in the ring,
 // the A fragments converted to E4M3 in registers (fragment_dequant.cuh),
 // wgmma.m64nNk32 E4M3 x E4M3 into a partial sum per stage, and acc += part *
