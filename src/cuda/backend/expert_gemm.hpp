@@ -13,7 +13,7 @@
 // range of live pairs (GroupedGemmPlan::live_pairs); all but one exit at once.
 // Ranges, in average tokens per local expert (measured on the H200,
 // docs/performance.md):
-//   <= 16: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
+//   <= 4: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
 //   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last
 //          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
 // NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode

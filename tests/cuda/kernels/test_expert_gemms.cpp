@@ -669,24 +669,24 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
   EXPECT_EQ(c.candidates[c.count - 1].at_most, bound);
 }
 
-TEST(ExpertGemmChoice, DecodeUpToSixteenTokensPerExpertThenWgmma) {
+TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertThenWgmma) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 6, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   expect_partition(c, 6);
-  c = choose_expert_gemm(48, 16 * 48, true, true, nullptr);  // the boundary: still decode only
+  c = choose_expert_gemm(48, 4 * 48, true, true, nullptr);  // the boundary: still decode only
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   c = choose_expert_gemm(48, 1680, true, true, nullptr);  // 280 tokens with -1 slots: the device decides
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  EXPECT_EQ(c.candidates[0].at_most, 16 * 48);
+  EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
   EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
   expect_partition(c, 1680);
   c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: both queued
   ASSERT_EQ(c.count, 2);
-  EXPECT_EQ(c.candidates[1].above, 16 * 48);
+  EXPECT_EQ(c.candidates[1].above, 4 * 48);
   EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
   expect_partition(c, 8192 * 6);
   c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: wgmma from zero
