@@ -51,8 +51,9 @@ TEST(RandomFp8SharedExpert, HoldsE4m3BytesWithPowerOfTwoTileFactors) {
 }
 
 TEST(RandomFp8SharedExpert, SameSeedSameBytesOtherSeedOthers) {
-  const SharedExpertWeights a = make_random_fp8_shared_expert(256, 128, 3), b = make_random_fp8_shared_expert(256, 128, 3),
-                            c = make_random_fp8_shared_expert(256, 128, 4);
+  const SharedExpertWeights a = make_random_fp8_shared_expert(256, 128, 3);
+  const SharedExpertWeights b = make_random_fp8_shared_expert(256, 128, 3);
+  const SharedExpertWeights c = make_random_fp8_shared_expert(256, 128, 4);
   EXPECT_EQ(a.w1_fp8, b.w1_fp8);
   EXPECT_EQ(a.w2_scale, b.w2_scale);
   EXPECT_NE(a.w1_fp8, c.w1_fp8);

@@ -43,8 +43,8 @@ constexpr int kThreads = 32 * kConsumerWarps<kBlockN> + kProducerThreads;
 // 384 (512) threads starts each with 168 (128) registers; the producer
 // warpgroup drops to 80 (it spills at 72) so that two consumer warpgroups can
 // hold 2 x 64 accumulators, two 16-register A buffers, addresses and the
-// SwiGLU epilogue (no spills at 200),
-// and three at up to 64 positions 2 x 32 of them in 144.
+// SwiGLU epilogue in 200, and three at up to 64 positions 2 x 32 of them in
+// 144 (no spills at any width).
 constexpr int kProducerRegisters = 80;
 template <int kBlockN>
 constexpr int kConsumerRegisters = kConsumerWarpgroups<kBlockN> == 3 ? 144 : 200;
@@ -55,8 +55,9 @@ constexpr int kConsumerRegisters = kConsumerWarpgroups<kBlockN> == 3 ? 144 : 200
 template <int kBlockN>
 constexpr int kLaunchRegisters = 65536 / kThreads<kBlockN> / 8 * 8;
 template <int kBlockN>
-constexpr bool kRegistersBalance = kConsumerWarps<kBlockN> * 32 * (kConsumerRegisters<kBlockN> - kLaunchRegisters<kBlockN>) <=
-                                   kProducerThreads * (kLaunchRegisters<kBlockN> - kProducerRegisters);
+constexpr bool kRegistersBalance =
+    kConsumerWarps<kBlockN> * 32 * (kConsumerRegisters<kBlockN> - kLaunchRegisters<kBlockN>) <=
+    kProducerThreads * (kLaunchRegisters<kBlockN> - kProducerRegisters);
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
 constexpr int kStageK = kStageChunks * kMmaChunkK;
 constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
@@ -82,7 +83,8 @@ constexpr int kActRowsPerStage = O == Operand::Bf16 ? kStageChunks : 1;
 template <Operand O, int kBlockN>
 struct Smem {
   static_assert(kBlockN % 32 == 0 && kBlockN >= 32 && kBlockN <= 128, "kBlockN: 32, 64, 96 or 128");
-  static_assert(kRegistersBalance<kBlockN>, "the consumers' extra registers must all come from the producer warpgroup's");
+  static_assert(kRegistersBalance<kBlockN>,
+                "the consumers' extra registers must all come from the producer warpgroup's");
   static constexpr int kMTiles = kMTilesPerCta<O, kBlockN>;
   static constexpr int kActChunk = kBlockN * kActAtomBytes;  // swizzled [kBlockN][128 bytes]: one operand box
   static constexpr int kActStage = kActRowsPerStage<O> * kActChunk;
@@ -90,7 +92,8 @@ struct Smem {
   static constexpr int kScaleStage = kMTiles * kScaleWordBytes;
   static constexpr int kActScaleStage = O == Operand::Fp8 ? kBlockN * 4 : 0;  // FP8: the positions' operand scales
   // As many stages as fit ~205 KB (kMaxLocalExperts' scheduler arrays take the rest), at most 8:
-  // BF16 4, 4, 4, 5 at 128, 96, 64, 32 (the narrow ones with three consumer warpgroups); FP8 8 at every width.
+  // BF16 4, 4, 4, 5 at 128, 96, 64, 32 (the narrow two with three consumer
+  // warpgroups); FP8 8 at every width.
   static constexpr int kStageBytes = kActStage + kCodeStage + kScaleStage + kActScaleStage;
   static constexpr int kStages = 205 * 1024 / kStageBytes < 8 ? 205 * 1024 / kStageBytes : 8;
   static constexpr int kAct = 0;
@@ -773,8 +776,8 @@ void launch(const GroupedGemmPlan& p, const FragmentWeights& w, const Sm90Prefil
                                {uint64_t(p.ld_act)}, {kStageK, kBlockN}, CU_TENSOR_MAP_SWIZZLE_128B);
   const size_t smem = Smem<O, kBlockN>::bytes(p.local_experts);
   const int grid = cfg.grid > 0 ? cfg.grid : sms;  // persistent: surplus CTAs find no tile
-  launch_dependent(sm90_nvfp4_prefill_gemm_kernel<P, O, kBlockN>, dim3(unsigned(grid)), dim3(kThreads<kBlockN>), smem, stream,
-                   cfg.overlap_previous, p, w, maps, cfg.blocks);
+  launch_dependent(sm90_nvfp4_prefill_gemm_kernel<P, O, kBlockN>, dim3(unsigned(grid)), dim3(kThreads<kBlockN>), smem,
+                   stream, cfg.overlap_previous, p, w, maps, cfg.blocks);
   NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_prefill_gemm_kernel");
 }
 
