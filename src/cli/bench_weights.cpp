@@ -48,6 +48,12 @@ ExpertFormat parse_format_option(const std::string& s) {
   NVFP4_FAIL("unknown expert format '", s, "': expected nvfp4 or mxfp4");
 }
 
+SharedExpertFormat parse_shared_format_option(const std::string& s) {
+  if (s == "bf16") return SharedExpertFormat::Bf16;
+  if (s == "fp8") return SharedExpertFormat::Fp8Block;
+  NVFP4_FAIL("unknown shared expert format '", s, "': expected bf16 or fp8");
+}
+
 ExpertWeights make_random_mxfp4_experts(const MoeConfig& cfg, uint64_t seed, int64_t first, int64_t count) {
   NVFP4_CHECK(first >= 0 && count > 0 && first + count <= cfg.experts, "make_random_mxfp4_experts: experts [", first,
               ", ", first + count, ") outside [0, ", cfg.experts, ")");

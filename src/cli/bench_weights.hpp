@@ -28,6 +28,9 @@ constexpr double checkpoint_bits_per_weight(ExpertFormat f) { return f == Expert
 const char* format_option_name(ExpertFormat f);
 // The inverse; throws naming the value and the names accepted.
 ExpertFormat parse_format_option(const std::string& s);
+// A shared expert's weights on a benchmark's command line (--shared): "bf16"
+// | "fp8" (block-scaled, as both DeepSeek-V4 releases hold it); throws as above.
+SharedExpertFormat parse_shared_format_option(const std::string& s);
 
 // The UE8M0 scale bytes of make_random_mxfp4_experts, inclusive: 2^-8 ..
 // 2^-4, the block scales of weights of about N(0, 1/H) size at DeepSeek-V4's

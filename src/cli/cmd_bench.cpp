@@ -184,10 +184,8 @@ void run_workload(const std::string& name, const std::vector<int64_t>& tlist, in
   const bool mx = formats.weights == ExpertFormat::Mxfp4;
   // MXFP4: the router and shared expert of the NVFP4 layer (made with one
   // expert, then replaced), the routed experts as MXFP4 bytes.
-  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, mx ? 1 : count);
+  MoeWeights w = make_random_nvfp4_moe(c, seed ^ 0x5eed, first, mx ? 1 : count, kRandomMoeVocab, formats.shared);
   if (mx) w.experts = make_random_mxfp4_experts(c, seed ^ 0x5eed, first, count);
-  if (c.shared_experts && formats.shared == SharedExpertFormat::Fp8Block)
-    w.shared = make_random_fp8_shared_expert(H, c.shared_inter(), seed ^ 0x5eed);
   const double shared_bytes = shared_expert_bytes(w.shared);
   MoeOptions o;
   o.backend = Backend::Cuda;
@@ -274,7 +272,7 @@ int cmd_bench(int argc, char** argv) {
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   const Formats formats{parse_format_option(args.get("format", "nvfp4")),
                         parse_activation_mode(args.get("act", "nvfp4")),
-                        args.get("shared", "bf16") == "fp8" ? SharedExpertFormat::Fp8Block : SharedExpertFormat::Bf16};
+                        parse_shared_format_option(args.get("shared", "bf16"))};
   if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
   (void)iters, (void)warmup, (void)formats;  // parsed and checked all the same

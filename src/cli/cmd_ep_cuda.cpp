@@ -36,6 +36,7 @@
 #include "cuda/cuda_check.hpp"
 #include "ep/nccl_launcher.hpp"
 #include "moe/backend.hpp"
+#include "cli/bench_weights.hpp"
 #include "moe/random_weights.hpp"
 #include "nvfp4moe/ep_cuda.hpp"
 #endif
@@ -76,7 +77,7 @@ struct EpBenchOptions {
   std::vector<int64_t> tokens;
   int iters = 20, warmup = 3;
   bool combine_bf16 = false, graph = false, unbounded = false;
-  bool shared_fp8 = false;  // --shared fp8: a block-scaled FP8 shared expert (both DeepSeek-V4 releases)
+  SharedExpertFormat shared = SharedExpertFormat::Bf16;  // --shared fp8: block-scaled, as both DeepSeek-V4 releases
   uint64_t seed = 1;
   // --max-tokens N: every layer object sized for N tokens per rank (a
   // deployment's largest batch) while T tokens run; each forward passes T as
@@ -105,7 +106,7 @@ EpBenchOptions parse_ep_bench(const Args& args) {
   o.graph = args.has("graph");
   o.max_tokens = args.get_int("max-tokens", 0);
   o.unbounded = args.has("unbounded");
-  o.shared_fp8 = args.get("shared", "bf16") == "fp8";
+  o.shared = parse_shared_format_option(args.get("shared", "bf16"));
   return o;
 }
 
@@ -179,15 +180,13 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
   NVFP4_CHECK(cfg.experts % R == 0, "--ep ", R, ": E=", cfg.experts, " is not divisible by the rank count");
   ep::NcclComm comm(env);
   const int64_t epr = cfg.experts / R, k = cfg.top_k;
-  MoeWeights w = make_random_nvfp4_moe(cfg, o.seed, me * epr, epr);
-  if (o.shared_fp8 && cfg.shared_experts)
-    w.shared = make_random_fp8_shared_expert(cfg.hidden, cfg.shared_inter(), o.seed ^ 0x5eed);
+  const MoeWeights w = make_random_nvfp4_moe(cfg, o.seed, me * epr, epr, kRandomMoeVocab, o.shared);
   if (me == 0)
     std::printf("expert parallel over %d GPUs (NCCL symmetric memory, LSA barriers), %s: H=%lld I=%lld E=%lld "
                 "(%lld per rank) k=%lld, %s shared expert, %s combine, %s, layer sized for %s, %s\n"
                 "%8s %12s %14s %12s\n",
                 R, o.model.c_str(), (long long)cfg.hidden, (long long)cfg.intermediate, (long long)cfg.experts,
-                (long long)epr, (long long)k, o.shared_fp8 ? "FP8" : "BF16", o.combine_bf16 ? "bf16" : "f32",
+                (long long)epr, (long long)k, o.shared == SharedExpertFormat::Fp8Block ? "FP8" : "BF16", o.combine_bf16 ? "bf16" : "f32",
                 o.graph ? "one captured forward replayed" : "eager launches",
                 o.max_tokens > 0 ? (std::to_string(o.max_tokens) + " tokens per rank").c_str() : "each T",
                 o.unbounded ? "no per-forward token bound" : "token bound T per forward", "T/rank", "us/forward",

@@ -58,7 +58,8 @@ constexpr double kWeightRms = 2.93 * 0.75;
 
 }  // namespace
 
-MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t first, int64_t count, int64_t vocab) {
+MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t first, int64_t count, int64_t vocab,
+                                 SharedExpertFormat shared_format) {
   cfg.validate();
   if (count == 0) count = cfg.experts - first;
   NVFP4_CHECK(first >= 0 && count > 0 && first + count <= cfg.experts, "make_random_nvfp4_moe: experts [", first,
@@ -102,7 +103,9 @@ MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t fi
         w.router.tid2eid[size_t(t * k + j)] = e;
       }
   }
-  if (cfg.shared_experts) {
+  if (cfg.shared_experts && shared_format == SharedExpertFormat::Fp8Block) {
+    w.shared = make_random_fp8_shared_expert(H, cfg.shared_inter(), seed);
+  } else if (cfg.shared_experts) {
     const int64_t Is = cfg.shared_inter();
     const float r1 = float(1.0 / std::sqrt(double(H))), r2 = float(1.0 / std::sqrt(double(Is)));
     fill(w.shared.w1, Is * H, seed, 10, [&](SplitMix& r) { return bf16_from_float(r.normal() * r1); });

@@ -14,10 +14,13 @@
 namespace nvfp4moe {
 
 // Experts [first, first + count) of `cfg` (count 0: all E), router (gate,
-// bias, tid2eid of `vocab` rows when cfg.hash_routed), shared expert, and
-// static input scales (w13: 8/2688, w2: 12/2688).
+// bias, tid2eid of `vocab` rows when cfg.hash_routed), shared expert (BF16,
+// or block-scaled FP8: make_random_fp8_shared_expert), and static input
+// scales (w13: 8/2688, w2: 12/2688).
+constexpr int64_t kRandomMoeVocab = 1024;
 MoeWeights make_random_nvfp4_moe(const MoeConfig& cfg, uint64_t seed, int64_t first = 0, int64_t count = 0,
-                                 int64_t vocab = 1024);
+                                 int64_t vocab = kRandomMoeVocab,
+                                 SharedExpertFormat shared_format = SharedExpertFormat::Bf16);
 
 // A block-scaled FP8 shared expert of [Is, H] / [H, Is], as both DeepSeek-V4
 // releases hold theirs: random E4M3 bytes (never the NaNs 0x7F / 0xFF) and

@@ -125,5 +125,11 @@ TEST(BenchWeights, FormatNamesParseBackAndAWrongOneIsNamed) {
   test::expect_error([] { parse_format_option(""); }, {"''", "expected nvfp4 or mxfp4"});
 }
 
+TEST(BenchWeights, SharedFormatNamesParseAndAWrongOneIsNamed) {
+  EXPECT_EQ(parse_shared_format_option("bf16"), SharedExpertFormat::Bf16);
+  EXPECT_EQ(parse_shared_format_option("fp8"), SharedExpertFormat::Fp8Block);
+  test::expect_error([] { parse_shared_format_option("FP8"); }, {"'FP8'", "expected bf16 or fp8"});
+}
+
 }  // namespace
 }  // namespace nvfp4moe

@@ -60,6 +60,18 @@ TEST(RandomFp8SharedExpert, SameSeedSameBytesOtherSeedOthers) {
   EXPECT_NE(a.w2_fp8, c.w2_fp8);
 }
 
+TEST(RandomFp8SharedExpert, IsTheLayersSharedExpertWhenAskedFor) {
+  const MoeConfig c = small_config(256, 128, 8, 2);
+  const MoeWeights bf16 = make_random_nvfp4_moe(c, 9);
+  EXPECT_EQ(bf16.shared.format, SharedExpertFormat::Bf16);
+  EXPECT_EQ(bf16.shared.w1.size(), size_t(c.shared_inter() * c.hidden));
+  const MoeWeights fp8 = make_random_nvfp4_moe(c, 9, 0, 0, kRandomMoeVocab, SharedExpertFormat::Fp8Block);
+  EXPECT_EQ(fp8.shared.format, SharedExpertFormat::Fp8Block);
+  EXPECT_TRUE(fp8.shared.w1.empty() && fp8.shared.w2.empty());  // no BF16 weights made and dropped
+  EXPECT_EQ(fp8.shared.w2_fp8, make_random_fp8_shared_expert(c.hidden, c.shared_inter(), 9).w2_fp8);
+  EXPECT_EQ(fp8.experts.w13_codes, bf16.experts.w13_codes);  // the routed experts alike
+}
+
 // The factors make the projections O(1): the shared expert of N(0, 1) inputs
 // has an output RMS near 1 (16 sqrt(K) in place of 100 sqrt(K) would give ~400).
 TEST(RandomFp8SharedExpert, GivesOutputsOfOrderOneForUnitInputs) {
