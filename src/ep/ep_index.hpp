@@ -181,4 +181,42 @@ NVFP4_HD int32_t recv_row_or_drop(int32_t first, int32_t n, int32_t capacity) {
   return row < capacity ? int32_t(row) : -1;
 }
 
+// ---- traffic between GPUs -------------------------------------------------------
+
+// The bytes one forward moves between GPUs for the tokens of rank `home`
+// (`ids`: its [tokens, k] GLOBAL ids as staged), as the kernels of
+// ep_kernels.cuh move them; L gives the geometry (H, k, E, R, combine bytes).
+//   dispatch (pulled by the owners from the home rank's send area): each
+//     peer's count and its gather's booking read the token's k ids (2 x 4k
+//     bytes a token and peer); a peer owning at least one slot of a token
+//     reads its codes and scales once (H/2 + H/16 bytes), and per owned
+//     slot its weight and g (8 bytes);
+//   combine (pushed by the owners into the home rank's combine area): per
+//     pair a peer owns, its row (H x combine bytes) and its flag (4 bytes).
+// Slots the home rank owns itself stay on its GPU; -1 and out-of-range ids
+// go nowhere. Counters of a few bytes a forward are left out.
+struct EpTraffic {
+  uint64_t dispatch_bytes = 0, combine_bytes = 0;
+  int64_t remote_pairs = 0;  // pairs owned by another rank than their token's
+};
+inline EpTraffic ep_home_traffic(const SegmentLayout& L, int32_t home, const int32_t* ids, int64_t tokens) {
+  EpTraffic t;
+  const int32_t epr = experts_per_rank(L.experts, L.ranks);
+  const uint64_t row_bytes = uint64_t(L.codes_per_token() + L.scales_per_token());
+  t.dispatch_bytes = 2 * uint64_t(L.ranks - 1) * uint64_t(tokens) * uint64_t(L.top_k) * 4;
+  auto owner_of = [&](int64_t tok, int32_t j) { return slot_owner(ids[combine_row(tok, j, L.top_k)], L.experts, epr); };
+  for (int64_t tok = 0; tok < tokens; ++tok)
+    for (int32_t j = 0; j < L.top_k; ++j) {
+      const int32_t owner = owner_of(tok, j);
+      if (owner < 0 || owner == home) continue;
+      ++t.remote_pairs;
+      bool first = true;  // the owner's first slot of this token: it reads the row then
+      for (int32_t i = 0; i < j && first; ++i) first = owner_of(tok, i) != owner;
+      if (first) t.dispatch_bytes += row_bytes;
+    }
+  t.dispatch_bytes += uint64_t(t.remote_pairs) * 8;
+  t.combine_bytes = uint64_t(t.remote_pairs) * (uint64_t(L.hidden) * uint64_t(L.combine_bytes) + 4);
+  return t;
+}
+
 }  // namespace nvfp4moe::ep

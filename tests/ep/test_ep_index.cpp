@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -110,6 +112,64 @@ TEST(EpIndex, ForwardLayoutKeepsTheAreasAndBoundsTheCounts) {
     EXPECT_EQ(f->error_word, L.error_word);
     EXPECT_EQ(f->local_experts, L.local_experts);
     EXPECT_EQ(f->top_k, L.top_k);
+  }
+}
+
+// The bytes a forward moves between GPUs for one home rank's tokens, by
+// hand: R = 2, E = 4 (rank 0 owns experts 0-1, rank 1 experts 2-3), k = 2,
+// H = 32 (a token row: 16 code bytes + 2 scale bytes).
+TEST(EpIndex, TrafficOfAHomeRanksTokensByHand) {
+  const std::vector<int32_t> ids = {0, 1,    // both slots on rank 0
+                                    1, 2,    // one on each rank
+                                    3, 2,    // both on rank 1: the row is read once
+                                    -1, 3};  // -1 goes nowhere
+  const SegmentLayout f32 = make_segment_layout(32, 2, 4, 2, 4, 16), bf16 = make_segment_layout(32, 2, 4, 2, 4, 16, true);
+  // Home rank 0: rank 1 reads every token's 2 ids twice (count, booking): 2 x 4 x 2 x 4 = 64 bytes;
+  // the rows of tokens 1, 2, 3 (3 x 18) and 8 bytes a remote pair (4 pairs).
+  EpTraffic t = ep_home_traffic(f32, 0, ids.data(), 4);
+  EXPECT_EQ(t.remote_pairs, 4);
+  EXPECT_EQ(t.dispatch_bytes, 64u + 3 * 18 + 4 * 8);
+  EXPECT_EQ(t.combine_bytes, 4u * (32 * 4 + 4));
+  EXPECT_EQ(ep_home_traffic(bf16, 0, ids.data(), 4).combine_bytes, 4u * (32 * 2 + 4));
+  // The same ids as rank 1's tokens: the remote slots are those on rank 0 (tokens 0 and 1).
+  t = ep_home_traffic(f32, 1, ids.data(), 4);
+  EXPECT_EQ(t.remote_pairs, 3);
+  EXPECT_EQ(t.dispatch_bytes, 64u + 2 * 18 + 3 * 8);
+  EXPECT_EQ(t.combine_bytes, 3u * (32 * 4 + 4));
+  // One rank: nothing leaves the GPU.
+  t = ep_home_traffic(make_segment_layout(32, 2, 4, 1, 4, 16), 0, ids.data(), 4);
+  EXPECT_EQ(t.remote_pairs, 0);
+  EXPECT_EQ(t.dispatch_bytes, 0u);
+  EXPECT_EQ(t.combine_bytes, 0u);
+}
+
+// DeepSeek-V4-Pro over 8 ranks, random routing: against a count of the
+// (token, peer) rows and remote pairs made with sets.
+TEST(EpIndex, TrafficMatchesACountOfRowsAndPairs) {
+  const int32_t H = 7168, k = 6, E = 384, R = 8, T = 300;
+  const SegmentLayout L = make_segment_layout(H, k, E, R, T, 4096);
+  std::mt19937 rng(20261204);
+  std::uniform_int_distribution<int32_t> expert(-1, E - 1);
+  std::vector<int32_t> ids(size_t(T) * k);
+  for (int32_t& id : ids) id = expert(rng);
+  for (const int32_t home : {0, 5}) {
+    int64_t pairs = 0, rows = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      std::set<int32_t> peers;
+      for (int j = 0; j < k; ++j) {
+        const int32_t id = ids[size_t(t * k + j)];
+        if (id < 0 || id / (E / R) == home) continue;
+        ++pairs;
+        peers.insert(id / (E / R));
+      }
+      rows += int64_t(peers.size());
+    }
+    const EpTraffic got = ep_home_traffic(L, home, ids.data(), T);
+    EXPECT_EQ(got.remote_pairs, pairs) << "home " << home;
+    EXPECT_EQ(got.dispatch_bytes, uint64_t(2 * (R - 1) * T * k * 4 + rows * (H / 2 + H / 16) + pairs * 8)) << "home " << home;
+    EXPECT_EQ(got.combine_bytes, uint64_t(pairs) * (uint64_t(H) * 4 + 4)) << "home " << home;
+    EXPECT_GT(rows, 0);
+    EXPECT_LT(rows, pairs);  // some tokens have two slots on one peer: their row travels once
   }
 }
 
