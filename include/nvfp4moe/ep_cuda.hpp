@@ -44,6 +44,23 @@ struct EpCudaOptions {
                                       // rounding per slot (default FP32: the single-GPU backend's values)
 };
 
+// Where one eager forward's time went on a rank (NcclEpMoe::set_phase_timing):
+// milliseconds between events recorded on the forward's stream at each phase
+// boundary, and the shared expert's time on its side stream, which runs
+// beside stage .. the second barrier (docs/ep.md, "One forward, phase by
+// phase"). The main-stream phases add up to total.
+struct EpPhaseTimes {
+  float stage = 0.0f;          // the router when asked, activation staging, routing into the send area
+  float barrier_in = 0.0f;     // LSA barrier: every rank staged
+  float dispatch = 0.0f;       // count, placement and gather of the owned pairs (pull)
+  float experts = 0.0f;        // the local experts' GEMMs on the received rows
+  float push = 0.0f;           // each result into its token's rank's combine area
+  float barrier_out = 0.0f;    // LSA barrier: every result arrived
+  float combine = 0.0f;        // the shared expert joined, own tokens summed
+  float total = 0.0f;          // first event to last
+  float shared_expert = 0.0f;  // on its side stream (0 without a shared expert)
+};
+
 // Tokens of rank r in a batch of `tokens` split over `ranks` in contiguous chunks.
 int64_t ep_token_begin(int64_t tokens, int ranks, int rank);
 
@@ -114,6 +131,13 @@ class NcclEpMoe final : public MoeLayer {
   void forward(const TensorView& x, const RoutingArgs& routing, const ForwardOutputs& out,
                const ForwardOptions& options = {}) override;
   void sync_errors() override;
+
+  // While on, each forward queued on a stream that is not capturing records
+  // events between its phases (a few microseconds a forward; off by
+  // default). phase_times() waits for the last such forward and returns
+  // where its time went; it throws when none ran since timing was turned on.
+  void set_phase_timing(bool on);
+  EpPhaseTimes phase_times() const;
 
  private:
   struct Impl;

@@ -73,6 +73,15 @@ inline SegmentLayout ep_layout(const MoeConfig& c, int ranks, const EpCudaOption
                              int32_t(o.max_tokens_per_rank), int32_t(cap), o.combine_bf16);
 }
 
+// Timing events of one forward (NcclEpMoe::set_phase_timing): one on the
+// main stream at each phase boundary, two on the shared expert's branch.
+struct EpPhaseEvents {
+  static constexpr int kMarks = 8;  // before stage, after each of the 7 phases
+  cuda::CudaEvent mark[kMarks], shared_begin, shared_end;
+  bool recorded = false;  // a forward recorded them since timing was turned on
+  bool shared = false;    // ... and its shared expert's
+};
+
 class EpRank {
  public:
   // `slice`: this rank's experts (LOCAL indexing), shared expert and router included.
@@ -107,9 +116,10 @@ class EpRank {
   }
 
   // own tokens -> own send area (routing them first when the caller did
-  // not); shared expert on own tokens, on a branch that combine() joins.
+  // not); shared expert on own tokens, on a branch that combine() joins,
+  // between the shared events of `timing` when given.
   template <typename Peers>
-  void stage(Peers peers, char* own, const EpRankIo& io, cudaStream_t s) {
+  void stage(Peers peers, char* own, const EpRankIo& io, cudaStream_t s, EpPhaseEvents* timing = nullptr) {
     NVFP4_CHECK(io.tokens_bound >= 1 && io.tokens_bound <= L_.max_tokens && io.tokens <= io.tokens_bound,
                 "expert parallel rank ", rank_, ": token bound ", io.tokens_bound, " must be in [max(1, T=",
                 io.tokens, "), max_tokens_per_rank=", L_.max_tokens, "]");
@@ -119,11 +129,14 @@ class EpRank {
     // up to the combine, which joins it.
     if (shared_.present()) {
       const cudaStream_t side = shared_branch_->fork(s);
+      if (timing) NVFP4_CUDA_CHECK(cudaEventRecord(timing->shared_begin.get(), side));
       if (kernels_ == cuda::RoutedKernels::Fast)
         shared_.run(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), side);
       else
         shared_.run_ref(io.x, io.x_is_bf16, io.tokens, shared_out_.get(), side);
+      if (timing) NVFP4_CUDA_CHECK(cudaEventRecord(timing->shared_end.get(), side));
     }
+    if (timing) timing->shared = shared_.present();
     const void* ids = io.ids;
     bool ids_i64 = io.ids_i64;
     const float* weights = io.weights;

@@ -54,6 +54,7 @@ struct NcclEpMoe::Impl {
   ep::SegmentLayout layout;
   std::unique_ptr<ep::SymmBuffer> symm;
   std::unique_ptr<ep::EpRank> me;
+  std::unique_ptr<ep::EpPhaseEvents> timing;  // set_phase_timing(true)
 
   ep::LsaPeers peers() const { return ep::LsaPeers{symm->window()}; }
   void barrier(cudaStream_t s) {
@@ -123,14 +124,60 @@ void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const F
               " has T=", io.tokens, " tokens, above max_tokens_any_rank=", max_tokens_any_rank);
   io.tokens_bound = max_tokens_any_rank > 0 ? int32_t(max_tokens_any_rank) : m.layout.max_tokens;
   auto s = static_cast<cudaStream_t>(options.stream);
-  m.me->stage(m.peers(), m.symm->local(), io, s);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (m.timing) NVFP4_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  ep::EpPhaseEvents* const timing = capture == cudaStreamCaptureStatusNone ? m.timing.get() : nullptr;
+  int marks = 0;
+  auto mark = [&] {
+    if (timing) NVFP4_CUDA_CHECK(cudaEventRecord(timing->mark[marks++].get(), s));
+  };
+  mark();
+  m.me->stage(m.peers(), m.symm->local(), io, s, timing);
+  mark();
   m.barrier(s);
+  mark();
   m.me->dispatch(m.peers(), s);
+  mark();
   m.me->compute(m.symm->local(), s);
+  mark();
   m.me->push(m.peers(), s);
+  mark();
   m.barrier(s);
+  mark();
   m.me->combine(m.peers(), io, s);
+  mark();
+  if (timing) timing->recorded = true;
   if (m.options.checked) sync_errors();
+}
+
+void NcclEpMoe::set_phase_timing(bool on) {
+  Impl& m = *impl_;
+  if (!on) {
+    if (m.timing) NVFP4_CUDA_CHECK(cudaDeviceSynchronize());  // no forward still records into the events
+    m.timing.reset();
+  } else if (!m.timing) {
+    m.timing = std::make_unique<ep::EpPhaseEvents>();
+  }
+}
+
+EpPhaseTimes NcclEpMoe::phase_times() const {
+  const Impl& m = *impl_;
+  NVFP4_CHECK(m.timing && m.timing->recorded, "NcclEpMoe::phase_times: no forward was timed (set_phase_timing(true), "
+              "then an eager forward)");
+  const ep::EpPhaseEvents& e = *m.timing;
+  NVFP4_CUDA_CHECK(cudaEventSynchronize(e.mark[ep::EpPhaseEvents::kMarks - 1].get()));
+  auto ms = [](const cuda::CudaEvent& a, const cuda::CudaEvent& b) {
+    float v = 0.0f;
+    NVFP4_CUDA_CHECK(cudaEventElapsedTime(&v, a.get(), b.get()));
+    return v;
+  };
+  EpPhaseTimes t;
+  float* const phases[ep::EpPhaseEvents::kMarks - 1] = {&t.stage, &t.barrier_in, &t.dispatch, &t.experts,
+                                                         &t.push, &t.barrier_out, &t.combine};
+  for (int i = 0; i + 1 < ep::EpPhaseEvents::kMarks; ++i) *phases[i] = ms(e.mark[i], e.mark[i + 1]);
+  t.total = ms(e.mark[0], e.mark[ep::EpPhaseEvents::kMarks - 1]);
+  if (e.shared) t.shared_expert = ms(e.shared_begin, e.shared_end);
+  return t;
 }
 
 void NcclEpMoe::sync_errors() {
@@ -168,6 +215,8 @@ const MoeConfig& NcclEpMoe::config() const { NVFP4_FAIL("NcclEpMoe: this build o
 int NcclEpMoe::device_index() const { return 0; }
 void NcclEpMoe::forward(const TensorView&, const RoutingArgs&, const ForwardOutputs&, const ForwardOptions&) {}
 void NcclEpMoe::sync_errors() {}
+void NcclEpMoe::set_phase_timing(bool) {}
+EpPhaseTimes NcclEpMoe::phase_times() const { NVFP4_FAIL("NcclEpMoe: this build of nvfp4moe has no NCCL"); }
 
 }  // namespace nvfp4moe
 

@@ -139,6 +139,67 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
   nccl.sync_errors();
 }
 
+// Phase timing: the phases of an eager forward add up to its total, the
+// shared expert's branch is timed, the output is the untimed forward's bit
+// for bit, a captured forward records nothing (and still replays), and
+// asking before any timed forward names what is missing.
+TEST(EpNccl, SingleRankPhaseTimes) {
+  if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const MoeConfig cfg = ep_test_config();
+  ASSERT_GT(cfg.shared_experts, 0);
+  const MoeWeights w = make_synthetic_moe(cfg, seed);
+  Rng rng(seed + 17);
+  const int64_t T = 11, H = cfg.hidden, k = cfg.top_k;
+  const std::vector<float> x = random_normal(rng, T * H);
+  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.2);
+  ep::NcclComm comm = ep::NcclComm::single_rank();
+  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, 0, 0.0f, false, false});
+  EpDeviceBatch batch(x, T, H, r, k);
+  cuda::CudaStream stream;
+  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
+  const std::vector<uint16_t> untimed = batch.y_bits(stream.get());
+  expect_error([&] { nccl.phase_times(); }, {"no forward was timed"});
+
+  nccl.set_phase_timing(true);
+  expect_error([&] { nccl.phase_times(); }, {"no forward was timed"});
+  const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
+  batch.dy.upload(poison.data(), poison.size(), stream.get());
+  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
+  const EpPhaseTimes t = nccl.phase_times();
+  EXPECT_EQ(std::memcmp(untimed.data(), batch.y_bits(stream.get()).data(), untimed.size() * 2), 0);
+  const float phases[] = {t.stage, t.barrier_in, t.dispatch, t.experts, t.push, t.barrier_out, t.combine};
+  float sum = 0.0f;
+  for (const float p : phases) {
+    EXPECT_GE(p, 0.0f);
+    sum += p;
+  }
+  EXPECT_GT(t.total, 0.0f);
+  EXPECT_GT(t.experts, 0.0f);
+  EXPECT_NEAR(sum, t.total, 1e-3f + 1e-3f * t.total) << "the main-stream phases are back to back";
+  EXPECT_GT(t.shared_expert, 0.0f);
+  EXPECT_LE(t.shared_expert, t.total) << "the branch runs inside the forward";
+
+  // Captured with timing on: no events in the graph; the eager times stay.
+  cudaGraph_t graph = nullptr;
+  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
+  NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  batch.dy.upload(poison.data(), poison.size(), stream.get());
+  NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  EXPECT_EQ(std::memcmp(untimed.data(), batch.y_bits(stream.get()).data(), untimed.size() * 2), 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(nccl.phase_times().total, t.total);
+
+  nccl.set_phase_timing(false);
+  expect_error([&] { nccl.phase_times(); }, {"no forward was timed"});
+  nccl.sync_errors();
+}
+
 // One forward of `nccl` on device buffers with the token bound `bound`
 // (NcclEpMoe::forward); returns y as floats.
 std::vector<float> forward_bounded(NcclEpMoe& nccl, const std::vector<float>& x, int64_t T, int64_t H,
