@@ -54,10 +54,11 @@ constexpr const char* kUsage =
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
     "       nvfp4moe bench --ep R [--model dsv4-pro|dsv4-flash] [--experts E] [--tokens LIST] [--iters 20]\n"
     "                      [--warmup 3] [--seed S] [--combine f32|bf16] [--graph] [--max-tokens N] [--unbounded]\n"
-    "                      [--shared bf16|fp8]\n"
+    "                      [--shared bf16|fp8] [--breakdown 10]\n"
     "                      (R GPUs, one process each; --graph: one forward captured in a CUDA graph and replayed;\n"
     "                      --max-tokens: the layer sized for N tokens per rank; --unbounded: no per-forward\n"
-    "                      token bound; docs/ep.md)\n";
+    "                      token bound; --breakdown N: a table of where N eager forwards' time goes, phase by\n"
+    "                      phase, and the bytes they move between GPUs (0: none); docs/ep.md)\n";
 
 // What the routed experts are made of (weights and activations), and the
 // shared expert's weights.

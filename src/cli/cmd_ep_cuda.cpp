@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "ep/ep_index.hpp"
 #include "ep/nccl_launcher.hpp"
 #include "moe/backend.hpp"
 #include "cli/bench_weights.hpp"
@@ -84,6 +85,9 @@ struct EpBenchOptions {
   // its token bound unless --unbounded (then launches and the expert GEMMs'
   // choice follow N).
   int64_t max_tokens = 0;
+  // --breakdown N: after each T's timing, N eager forwards with events
+  // between their phases (0: none).
+  int breakdown_forwards = 10;
 };
 
 EpBenchOptions parse_ep_bench(const Args& args) {
@@ -107,6 +111,9 @@ EpBenchOptions parse_ep_bench(const Args& args) {
   o.max_tokens = args.get_int("max-tokens", 0);
   o.unbounded = args.has("unbounded");
   o.shared = parse_shared_format_option(args.get("shared", "bf16"));
+  o.breakdown_forwards = int(args.get_int("breakdown", 10));
+  NVFP4_CHECK(o.breakdown_forwards >= 0, "--breakdown: forwards to time per phase (0: none), got ",
+              o.breakdown_forwards);
   return o;
 }
 
@@ -115,6 +122,7 @@ struct EpBenchBatch {
   cuda::DeviceBuffer<float> x, weights;
   cuda::DeviceBuffer<int32_t> ids;
   cuda::DeviceBuffer<uint16_t> y;
+  std::vector<int32_t> host_ids;  // the routing, for the bytes it moves between GPUs
   TensorView xv;
   RoutingArgs routing;
   ForwardOutputs out;
@@ -133,6 +141,7 @@ EpBenchBatch make_ep_batch(const EpBenchOptions& o, int me, int64_t T) {
   b.weights.upload(wts.data(), wts.size());
   b.ids.upload(ids.data(), ids.size());
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());  // the pageable sources go out of scope
+  b.host_ids = std::move(ids);
   b.xv = make_view(b.x.get(), DType::F32, {T, H}, DeviceKind::Cuda);
   b.routing.topk_ids = make_view(b.ids.get(), DType::I32, {T, k}, DeviceKind::Cuda);
   b.routing.topk_weights = make_view(b.weights.get(), DType::F32, {T, k}, DeviceKind::Cuda);
@@ -173,6 +182,42 @@ double time_ep_forward(NcclEpMoe& moe, const EpBenchBatch& b, const ForwardOptio
   return 1e3 * double(ms) / std::max(1, o.iters);
 }
 
+// Where an eager forward's time goes: the median of each phase over
+// `forwards` timed forwards of this rank (each waited for before the next),
+// then the max over ranks of each; and the bytes the forward moves between
+// GPUs (ep_home_traffic of every rank's tokens, summed over ranks).
+struct EpBreakdown {
+  std::vector<double> ms;  // EpPhaseTimes fields in declaration order
+  ep::EpTraffic traffic;   // all ranks
+};
+constexpr int kPhaseFields = 9;
+std::vector<double> phase_fields(const EpPhaseTimes& t) {
+  return {t.stage, t.barrier_in, t.dispatch, t.experts, t.push, t.barrier_out, t.combine, t.total, t.shared_expert};
+}
+EpBreakdown ep_breakdown(NcclEpMoe& moe, const ep::NcclComm& comm, const EpBenchBatch& b, const ForwardOptions& fo,
+                         const ep::SegmentLayout& geometry, int me, int64_t T, int forwards) {
+  std::vector<std::vector<double>> runs(kPhaseFields);
+  moe.set_phase_timing(true);
+  for (int i = 0; i < forwards; ++i) {
+    moe.forward(b.xv, b.routing, b.out, fo);
+    const std::vector<double> f = phase_fields(moe.phase_times());
+    for (int j = 0; j < kPhaseFields; ++j) runs[size_t(j)].push_back(f[size_t(j)]);
+  }
+  moe.set_phase_timing(false);
+  moe.sync_errors();
+  EpBreakdown out;
+  for (std::vector<double>& r : runs) {
+    std::sort(r.begin(), r.end());
+    out.ms.push_back(r[r.size() / 2]);
+  }
+  ep::host_allreduce(comm, out.ms, ep::HostReduce::Max);
+  const ep::EpTraffic mine = ep::ep_home_traffic(geometry, me, b.host_ids.data(), T);
+  std::vector<double> bytes = {double(mine.dispatch_bytes), double(mine.combine_bytes), double(mine.remote_pairs)};
+  ep::host_allreduce(comm, bytes, ep::HostReduce::Sum);
+  out.traffic = ep::EpTraffic{uint64_t(bytes[0]), uint64_t(bytes[1]), int64_t(bytes[2])};
+  return out;
+}
+
 int bench_rank(const ep::RankEnv& env, const Args& args) {
   const EpBenchOptions o = parse_ep_bench(args);
   const MoeConfig& cfg = o.cfg;
@@ -192,6 +237,7 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
                 o.unbounded ? "no per-forward token bound" : "token bound T per forward", "T/rank", "us/forward",
                 "tokens/s (all)", "symm MB");
   cuda::CudaStream stream;
+  std::string breakdown;  // rank 0: one row per T, printed after the table
   for (const int64_t T : o.tokens) {
     NVFP4_CHECK(o.max_tokens == 0 || T <= o.max_tokens, "--tokens: T=", T, " is above --max-tokens ", o.max_tokens);
     const int64_t N = o.max_tokens > 0 ? o.max_tokens : T;  // tokens per rank the layer object is sized for
@@ -209,6 +255,34 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
       std::printf("%8lld %12.1f %14.0f %12.1f\n", (long long)T, us, double(R * T) / (us * 1e-6),
                   double(moe.symm_bytes()) / 1e6);
     std::fflush(stdout);
+    if (o.breakdown_forwards > 0) {
+      const ep::SegmentLayout geometry = ep::make_segment_layout(int32_t(cfg.hidden), int32_t(k), int32_t(cfg.experts),
+                                                                 R, int32_t(N), 1, o.combine_bf16);
+      const EpBreakdown d = ep_breakdown(
+          moe, comm, b, ForwardOptions{.stream = stream.get(), .max_tokens_any_rank = o.unbounded ? 0 : T}, geometry,
+          me, T, o.breakdown_forwards);
+      // NVLink rate: a rank's share of the bytes over its dispatch and push phases.
+      const double moved = double(d.traffic.dispatch_bytes + d.traffic.combine_bytes);
+      const double link_ms = d.ms[2] + d.ms[4];
+      char row[320];
+      std::snprintf(row, sizeof row,
+                    "%8lld %8.1f | %7.1f %7.1f %8.1f %8.1f %7.1f %7.1f %7.1f | %7.1f | %9.2f %8.2f %9.1f\n",
+                    (long long)T, 1e3 * d.ms[7], 1e3 * d.ms[0], 1e3 * d.ms[1], 1e3 * d.ms[2], 1e3 * d.ms[3],
+                    1e3 * d.ms[4], 1e3 * d.ms[5], 1e3 * d.ms[6], 1e3 * d.ms[8], double(d.traffic.dispatch_bytes) / 1e6,
+                    double(d.traffic.combine_bytes) / 1e6,
+                    link_ms > 0.0 && R > 1 ? moved / R / (link_ms * 1e-3) / 1e9 : 0.0);
+      breakdown += row;
+    }
+  }
+  if (me == 0 && !breakdown.empty()) {
+    std::printf("\nwhere an eager forward's time goes, us: each phase the median of %d forwards (events between the "
+                "phases, each forward waited for), the max over ranks; the shared expert runs on a side stream beside "
+                "stage .. barrier; NVLink: the MB all ranks move between GPUs a forward, and a rank's share over its "
+                "dispatch + push time\n"
+                "%8s %8s | %7s %7s %8s %8s %7s %7s %7s | %7s | %9s %8s %9s\n",
+                o.breakdown_forwards, "T/rank", "total", "stage", "barrier", "dispatch", "experts", "push", "barrier",
+                "combine", "shared", "disp. MB", "comb. MB", "GB/s");
+    std::fputs(breakdown.c_str(), stdout);
   }
   return 0;
 }
@@ -323,7 +397,7 @@ int cmd_bench_ep_cuda(int argc, char** argv) {
                    integer("warmup", 0, kMaxIters), integer("seed", 0, kMaxSeed),
                    integer("device", 0, kMaxGpuIndex), choice("workload", {"ep8", "ep1", "both"}),
                    choice("combine", {"f32", "bf16"}), flag("graph"), integer("max-tokens", 1, kMaxTokens),
-                   flag("unbounded"), choice("shared", {"bf16", "fp8"})});
+                   flag("unbounded"), choice("shared", {"bf16", "fp8"}), integer("breakdown", 0, kMaxIters)});
   const int R = int(args.get_int("ep", 1));
   if (const auto env = ep::rank_env()) return bench_rank(*env, args);
   NVFP4_CHECK(nccl_ep_available(), "--ep ", R, " on GPUs needs NCCL: this build has none (-DNCCL_ROOT=<dir>)");

@@ -19,6 +19,8 @@
 #if defined(NVFP4MOE_HAS_NCCL)
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "cuda/cuda_check.hpp"
 #endif
 
 namespace nvfp4moe::ep {
@@ -158,6 +160,18 @@ NcclComm::~NcclComm() {
   ncclCommDestroy(comm_);
 }
 
+void host_allreduce(const NcclComm& comm, std::vector<double>& values, HostReduce op) {
+  if (values.empty()) return;
+  cuda::DeviceBuffer<double> dev(values.size());
+  dev.upload(values.data(), values.size());
+  nccl_check(ncclAllReduce(dev.get(), dev.get(), values.size(), ncclFloat64, op == HostReduce::Max ? ncclMax : ncclSum,
+                           comm.get(), nullptr),
+             "ncclAllReduce");
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  dev.download(values.data(), values.size());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
 #else  // !NVFP4MOE_HAS_NCCL
 
 NcclComm::NcclComm(const RankEnv&) {
@@ -167,6 +181,9 @@ NcclComm NcclComm::single_rank() {
   NVFP4_FAIL("expert parallelism across GPUs needs NCCL: this build has none (configure with -DNCCL_ROOT=<dir>)");
 }
 NcclComm::~NcclComm() = default;
+void host_allreduce(const NcclComm&, std::vector<double>&, HostReduce) {
+  NVFP4_FAIL("expert parallelism across GPUs needs NCCL: this build has none (configure with -DNCCL_ROOT=<dir>)");
+}
 
 #endif  // NVFP4MOE_HAS_NCCL
 

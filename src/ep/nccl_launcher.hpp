@@ -57,4 +57,10 @@ class NcclComm {
   int rank_ = 0, world_ = 1;
 };
 
+// Element-wise max or sum of `values` over the communicator's ranks, every
+// rank's vector the same length: collective, synchronising (a device copy
+// and one ncclAllReduce), for reports, not for a forward.
+enum class HostReduce { Max, Sum };
+void host_allreduce(const NcclComm& comm, std::vector<double>& values, HostReduce op);
+
 }  // namespace nvfp4moe::ep
