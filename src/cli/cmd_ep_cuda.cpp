@@ -187,30 +187,34 @@ double time_ep_forward(NcclEpMoe& moe, const EpBenchBatch& b, const ForwardOptio
 // then the max over ranks of each; and the bytes the forward moves between
 // GPUs (ep_home_traffic of every rank's tokens, summed over ranks).
 struct EpBreakdown {
-  std::vector<double> ms;  // EpPhaseTimes fields in declaration order
-  ep::EpTraffic traffic;   // all ranks
+  EpPhaseTimes ms;        // each field the max over ranks of its median
+  ep::EpTraffic traffic;  // all ranks
 };
-constexpr int kPhaseFields = 9;
-std::vector<double> phase_fields(const EpPhaseTimes& t) {
-  return {t.stage, t.barrier_in, t.dispatch, t.experts, t.push, t.barrier_out, t.combine, t.total, t.shared_expert};
-}
+// The fields of EpPhaseTimes, for medians and reductions over them.
+constexpr float EpPhaseTimes::*kPhaseFields[] = {
+    &EpPhaseTimes::stage, &EpPhaseTimes::barrier_in,  &EpPhaseTimes::dispatch, &EpPhaseTimes::experts,
+    &EpPhaseTimes::push,  &EpPhaseTimes::barrier_out, &EpPhaseTimes::combine,  &EpPhaseTimes::total,
+    &EpPhaseTimes::shared_expert};
 EpBreakdown ep_breakdown(NcclEpMoe& moe, const ep::NcclComm& comm, const EpBenchBatch& b, const ForwardOptions& fo,
                          const ep::SegmentLayout& geometry, int me, int64_t T, int forwards) {
-  std::vector<std::vector<double>> runs(kPhaseFields);
+  std::vector<EpPhaseTimes> runs;
   moe.set_phase_timing(true);
   for (int i = 0; i < forwards; ++i) {
     moe.forward(b.xv, b.routing, b.out, fo);
-    const std::vector<double> f = phase_fields(moe.phase_times());
-    for (int j = 0; j < kPhaseFields; ++j) runs[size_t(j)].push_back(f[size_t(j)]);
+    runs.push_back(moe.phase_times());
   }
   moe.set_phase_timing(false);
   moe.sync_errors();
-  EpBreakdown out;
-  for (std::vector<double>& r : runs) {
-    std::sort(r.begin(), r.end());
-    out.ms.push_back(r[r.size() / 2]);
+  std::vector<double> medians;
+  for (const auto field : kPhaseFields) {
+    std::vector<double> v;
+    for (const EpPhaseTimes& r : runs) v.push_back(r.*field);
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
   }
-  ep::host_allreduce(comm, out.ms, ep::HostReduce::Max);
+  ep::host_allreduce(comm, medians, ep::HostReduce::Max);
+  EpBreakdown out;
+  for (size_t i = 0; i < medians.size(); ++i) out.ms.*kPhaseFields[i] = float(medians[i]);
   const ep::EpTraffic mine = ep::ep_home_traffic(geometry, me, b.host_ids.data(), T);
   std::vector<double> bytes = {double(mine.dispatch_bytes), double(mine.combine_bytes), double(mine.remote_pairs)};
   ep::host_allreduce(comm, bytes, ep::HostReduce::Sum);
@@ -262,14 +266,15 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
           moe, comm, b, ForwardOptions{.stream = stream.get(), .max_tokens_any_rank = o.unbounded ? 0 : T}, geometry,
           me, T, o.breakdown_forwards);
       // NVLink rate: a rank's share of the bytes over its dispatch and push phases.
+      const EpPhaseTimes& t = d.ms;
       const double moved = double(d.traffic.dispatch_bytes + d.traffic.combine_bytes);
-      const double link_ms = d.ms[2] + d.ms[4];
+      const double link_ms = double(t.dispatch) + double(t.push);
       char row[320];
       std::snprintf(row, sizeof row,
                     "%8lld %8.1f | %7.1f %7.1f %8.1f %8.1f %7.1f %7.1f %7.1f | %7.1f | %9.2f %8.2f %9.1f\n",
-                    (long long)T, 1e3 * d.ms[7], 1e3 * d.ms[0], 1e3 * d.ms[1], 1e3 * d.ms[2], 1e3 * d.ms[3],
-                    1e3 * d.ms[4], 1e3 * d.ms[5], 1e3 * d.ms[6], 1e3 * d.ms[8], double(d.traffic.dispatch_bytes) / 1e6,
-                    double(d.traffic.combine_bytes) / 1e6,
+                    (long long)T, 1e3 * t.total, 1e3 * t.stage, 1e3 * t.barrier_in, 1e3 * t.dispatch, 1e3 * t.experts,
+                    1e3 * t.push, 1e3 * t.barrier_out, 1e3 * t.combine, 1e3 * t.shared_expert,
+                    double(d.traffic.dispatch_bytes) / 1e6, double(d.traffic.combine_bytes) / 1e6,
                     link_ms > 0.0 && R > 1 ? moved / R / (link_ms * 1e-3) / 1e9 : 0.0);
       breakdown += row;
     }
