@@ -327,6 +327,39 @@ TEST(EpMultiGpuWorker, Rank) {
     else
       EXPECT_NO_THROW(nccl.sync_errors());
   }
+  {  // A receive-capacity overflow on rank 0: the first half of the batch
+     // sends every slot to rank 0's experts (4 T/2 pairs into a capacity of
+     // T), the second half one slot each to rank 1's. Rank 0 reports the
+     // overflow; nothing is garbage; the second half's tokens are exact.
+    const int64_t epr = cfg.experts / R;
+    EpRouting over = random_routing(rng, T, k, 0, epr, 0.0);
+    const EpRouting to1 = random_routing(rng, T, k, epr, 2 * epr, 0.0);
+    for (int64_t t = T / 2; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) over.ids[size_t(t * k + j)] = j == 0 ? to1.ids[size_t(t * k)] : -1;
+    NcclEpMoe small(comm.get(), mine, EpCudaOptions{16, /*recv_capacity=*/T, 0.0f, false, false});
+    EpRouting chunk;
+    chunk.ids.assign(over.ids.begin() + b * k, over.ids.begin() + e * k);
+    chunk.weights.assign(over.weights.begin() + b * k, over.weights.begin() + e * k);
+    const std::vector<float> xc = rows_of(x, H, b, e);
+    const EpDeviceBatch batch(xc, e - b, H, chunk, k);
+    small.forward(batch.x, batch.routing, batch.out);
+    const std::vector<float> y = batch.y_values();
+    if (me == 0) {
+      expect_error([&] { small.sync_errors(); }, {"rank 0 of", "receive capacity " + std::to_string(T) + " exceeded"});
+    } else {
+      try {  // a rank whose tokens lost slots reports them too; which ones depends on arrival order
+        small.sync_errors();
+      } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("pairs dropped"), std::string::npos) << err.what();
+      }
+    }
+    EXPECT_EQ(count_non_finite(y), 0) << "dropped pairs must contribute nothing, not garbage";
+    const int64_t first = std::max(b, T / 2);  // this rank's tokens of the second half
+    if (first < e)
+      EXPECT_LE(rel_l2(rows_of(y, H, first - b, e - b), rows_of(single_device_forward(w, xc, e - b, chunk), H, first - b, e - b)),
+                kTol)
+          << "tokens within capacity";
+  }
   // BF16 on the way back (collective: every rank builds it).
   NcclEpMoe nccl_bf16(comm.get(), mine, EpCudaOptions{16, 0, 0.0f, false, false, /*combine_bf16=*/true});
   EpRouting chunk;
