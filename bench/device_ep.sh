@@ -80,6 +80,8 @@ if [[ ("$MODE" == bench || "$MODE" == all) && "$GPUS" -ge 2 ]]; then
      "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64,512,2048 --iters 20 --combine bf16 >>"$OUT/ep_bench.log" 2>&1 &&
      "$BUILD/nvfp4moe" bench --ep "$R" --tokens 1,8,64 --iters 20 --graph --breakdown 0 >>"$OUT/ep_bench.log" 2>&1; then
     cat "$OUT/ep_bench.log" | tee -a "$OUT/summary.txt"
+    # The tables of docs/performance.md from the log (beside DeepGEMM's published figures).
+    python3 bench/perf_table.py --ep-log "$OUT/ep_bench.log" --out "$OUT/ep_table.md" && cat "$OUT/ep_table.md" | tee -a "$OUT/summary.txt"
   else
     status=1
     echo "ep bench --ep $R: FAIL" | tee -a "$OUT/summary.txt"

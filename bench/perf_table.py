@@ -10,6 +10,13 @@ benchmarks' machine-readable output of one run:
                     activations);
   --baselines FILE  JSON lines of `bench/baselines_torch.py --json FILE`
                     ({"kind": "torch", "experts", "T", "bf16_us", "fp8_us"});
+  --ep-log FILE     the stdout of one or more `nvfp4moe bench --ep R` runs
+                    (bench/device_ep.sh's ep_bench.log): per run its table
+                    (T, us per forward) and its breakdown (the phases, max
+                    over ranks, and the NVLink bytes), beside DeepGEMM's
+                    published SM90 FP8 MegaMoE figures where a rank holds 48
+                    DeepSeek-V4-Pro experts, and with --routed the same T's
+                    single-GPU routed path of 48 experts;
   --layer FILE      the CSV of `nvfp4moe bench --csv FILE` (workload, T, rows,
                     pairs, experts, time_us, bytes, flops, roofline_us,
                     fraction; with --format / --act other than nvfp4 also
@@ -190,16 +197,91 @@ def layer_table(csv_path, log_path):
     return out
 
 
+# deepseek-ai/DeepGEMM pull request 383: SM90 FP8 MegaMoE on 8 x H200,
+# DeepSeek-V4-Pro, dispatch + GEMMs + combine, us at T tokens a rank.
+DEEPGEMM_MEGAMOE_US = {8: 637, 64: 858, 512: 1005, 2048: 2406, 8192: 7939}
+EP_HEADER = re.compile(r"expert parallel over (\d+) GPUs .*?, (\S+): H=(\d+) I=(\d+) E=(\d+) \((\d+) per rank\) "
+                       r"k=(\d+), (\w+) shared expert, (\w+) combine, ([^,]+),")
+
+
+def ep_runs(path):
+    """The runs of a `bench --ep` log: header fields, {T: us}, {T: breakdown}."""
+    runs = []
+    with open(path) as f:
+        for line in f:
+            m = EP_HEADER.search(line)
+            if m:
+                runs.append({"ranks": int(m.group(1)), "model": m.group(2), "hidden": int(m.group(3)),
+                             "experts": int(m.group(5)), "per_rank": int(m.group(6)), "shared": m.group(8),
+                             "combine": m.group(9), "mode": m.group(10).strip(), "us": {}, "phases": {}})
+                continue
+            if not runs:
+                continue
+            cells = line.replace("|", " ").split()
+            if not cells or not all(re.fullmatch(r"-?[0-9.]+", c) for c in cells):
+                continue
+            if len(cells) == 4:  # T, us/forward, tokens/s, symm MB
+                runs[-1]["us"][int(cells[0])] = float(cells[1])
+            elif len(cells) == 13:  # T, total, 7 phases, shared, dispatch MB, combine MB, GB/s
+                v = [float(c) for c in cells]
+                runs[-1]["phases"][int(cells[0])] = {
+                    "total": v[1], "phases": v[2:9], "shared": v[9], "dispatch_mb": v[10], "combine_mb": v[11],
+                    "gbps": v[12]}
+    return runs
+
+
+def ep_table(path, routed_path):
+    single = {}
+    if routed_path:
+        for r in json_lines(routed_path):
+            if r.get("kind") == "ours" and r["experts"] == 48 and routed_format(r) == ("nvfp4", "nvfp4"):
+                single[r["T"]] = r["graph_us"]
+    out = []
+    for run in ep_runs(path):
+        megamoe = run["model"] == "dsv4-pro" and run["per_rank"] == 48 and run["hidden"] == 7168
+        out.append(f"`bench --ep {run['ranks']}`, {run['model']}, {run['experts']} experts ({run['per_rank']} a "
+                   f"rank), {run['shared']} shared expert, {run['combine']} combine, {run['mode']}:")
+        out.append("")
+        out.append("| T a rank | layer us | eager forward us | stage | barrier | dispatch | experts | push | barrier "
+                   "| combine | shared expert (side) | NVLink MB dispatch / combine | NVLink GB/s a rank "
+                   "| single-GPU routed path us | DeepGEMM MegaMoE us | layer / DeepGEMM |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for T in sorted(set(run["us"]) | set(run["phases"])):
+            us = run["us"].get(T)
+            ph = run["phases"].get(T)
+            cells = [str(T), fmt(us)]
+            if ph:
+                cells += [fmt(ph["total"])] + [fmt(v) for v in ph["phases"]] + [
+                    fmt(ph["shared"]), f"{ph['dispatch_mb']:.2f} / {ph['combine_mb']:.2f}",
+                    fmt(ph["gbps"]) if run["ranks"] > 1 else "-"]
+            else:
+                cells += ["-"] * 11
+            dg = DEEPGEMM_MEGAMOE_US.get(T) if megamoe else None
+            cells += [fmt(single.get(T)), fmt(dg), ratio(us, dg)]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    out.append("Layer: the command's us per forward (eager launches, or one captured forward replayed). The "
+               "breakdown: eager forwards with events between the phases (docs/ep.md), each forward waited for, "
+               "per phase the median over the forwards and then the max over ranks; the phases run one after "
+               "another, the shared expert beside them on a side stream. NVLink: the bytes all ranks move "
+               "between GPUs in one forward (`ep_home_traffic`), and a rank's share of them over its dispatch + "
+               "push time. DeepGEMM: its published SM90 FP8 MegaMoE on 8 x H200 (DeepSeek-V4-Pro, "
+               "communication included; deepseek-ai/DeepGEMM pull request 383), shown where a rank holds 48 "
+               "experts of that geometry.")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--routed", help="JSON lines of nvfp4moe_routed_bench --json")
     ap.add_argument("--baselines", help="JSON lines of bench/baselines_torch.py --json")
     ap.add_argument("--layer", help="CSV of nvfp4moe bench --csv")
     ap.add_argument("--layer-log", help="stdout of the same nvfp4moe bench run (its ceilings line)")
+    ap.add_argument("--ep-log", help="stdout of nvfp4moe bench --ep R runs (bench/device_ep.sh's ep_bench.log)")
     ap.add_argument("--out", help="write the markdown here instead of stdout")
     a = ap.parse_args()
-    if not (a.routed or a.layer):
-        ap.error("give --routed and/or --layer")
+    if not (a.routed or a.layer or a.ep_log):
+        ap.error("give --routed, --layer and/or --ep-log")
     lines = []
     if a.routed:
         lines += ["### The routed experts (`nvfp4moe_routed_bench`, `bench/baselines_torch.py`)", ""]
@@ -209,6 +291,11 @@ def main():
             lines.append("")
         lines += ["### The whole layer (`nvfp4moe bench`)", ""]
         lines += layer_table(a.layer, a.layer_log)
+    if a.ep_log:
+        if lines:
+            lines.append("")
+        lines += ["### The expert-parallel layer (`nvfp4moe bench --ep R`)", ""]
+        lines += ep_table(a.ep_log, a.routed)
     text = "\n".join(lines) + "\n"
     if a.out:
         with open(a.out, "w") as f:

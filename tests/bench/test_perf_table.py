@@ -117,6 +117,46 @@ class PerfTable(unittest.TestCase):
         self.assertEqual(table_rows(text, "ep8")[0][4], "none")
         self.assertEqual([r[4] for r in table_rows(text, "ep1")], ["fp8"])
 
+    def test_ep_log_tables_with_breakdown_and_deepgemm(self):
+        # Two runs as `bench --ep R` prints them: eager with its breakdown, then a graph run without.
+        log = (
+            "expert parallel over 8 GPUs (NCCL symmetric memory, LSA barriers), dsv4-pro: H=7168 I=3072 E=384 "
+            "(48 per rank) k=6, BF16 shared expert, f32 combine, eager launches, layer sized for each T, token bound "
+            "T per forward\n"
+            "  T/rank   us/forward tokens/s (all)      symm MB\n"
+            "       8        500.0         128000         12.0\n"
+            "     512       1500.0        2730667        800.0\n"
+            "\n"
+            "where an eager forward's time goes, us: ...\n"
+            "  T/rank    total |   stage barrier dispatch  experts    push barrier combine |  shared | disp. MB "
+            "comb. MB      GB/s\n"
+            "       8    520.0 |    20.0    10.0     30.0    400.0    20.0    10.0    30.0 |    40.0 |      1.03 "
+            "    9.66     336.7\n"
+            "\n"
+            "expert parallel over 2 GPUs (NCCL symmetric memory, LSA barriers), dsv4-pro: H=7168 I=3072 E=384 "
+            "(192 per rank) k=6, BF16 shared expert, bf16 combine, one captured forward replayed, layer sized for "
+            "each T, token bound T per forward\n"
+            "  T/rank   us/forward tokens/s (all)      symm MB\n"
+            "       1        190.0          10526          1.0\n")
+        text = self.run_table("--ep-log", "{ep}", "--routed", "{routed}", ep=log,
+                              routed=self.json_lines([CEILINGS, routed_row(8, 30, 300.0, 320.0)]))
+        self.assertIn("`bench --ep 8`, dsv4-pro, 384 experts (48 a rank), BF16 shared expert, f32 combine, "
+                      "eager launches:", text)
+        rows = table_rows(text, "8")
+        self.assertEqual(len(rows), 1)
+        # T, layer, eager total, 7 phases, shared, NVLink MB, GB/s, single GPU, DeepGEMM, ratio
+        self.assertEqual(rows[0], ["8", "500.0", "520.0", "20.0", "10.0", "30.0", "400.0", "20.0", "10.0", "30.0",
+                                   "40.0", "1.03 / 9.66", "336.7", "320.0", "637.0", "0.78x"])
+        row512 = table_rows(text, "512")[0]
+        self.assertEqual(row512[1:3], ["1500.0", "-"], "no breakdown row: dashes")
+        self.assertEqual(row512[-2:], ["1005.0", "1.49x"])
+        # The 192-experts-a-rank run: no DeepGEMM figure (its geometry is 48 a rank), GB/s kept.
+        self.assertIn("`bench --ep 2`, dsv4-pro, 384 experts (192 a rank), BF16 shared expert, bf16 combine, "
+                      "one captured forward replayed:", text)
+        row1 = table_rows(text, "1")[0]
+        self.assertEqual(row1[1], "190.0")
+        self.assertEqual(row1[-2:], ["-", "-"])
+
 
 if __name__ == "__main__":
     unittest.main()
