@@ -104,19 +104,29 @@ TEST(EpNccl, SingleRankReportsCapacityAndBadIds) {
   }
 }
 
+// A layer of ep_test_config() and one batch of T tokens on the device for it
+// (random routing, a fraction `unrouted` of the slots -1).
+struct SingleRankBatch {
+  MoeConfig cfg = ep_test_config();
+  MoeWeights w;
+  int64_t T, H = cfg.hidden, k = cfg.top_k;
+  std::unique_ptr<EpDeviceBatch> batch;
+  SingleRankBatch(uint64_t seed, int64_t tokens, double unrouted) : w(make_synthetic_moe(cfg, seed)), T(tokens) {
+    Rng rng(seed + uint64_t(tokens));
+    const std::vector<float> x = random_normal(rng, T * H);
+    batch = std::make_unique<EpDeviceBatch>(x, T, H, random_routing(rng, T, k, 0, cfg.experts, unrouted), k);
+  }
+};
+
 TEST(EpNccl, SingleRankReplaysAsGraph) {
   if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  const MoeConfig cfg = ep_test_config();
-  const MoeWeights w = make_synthetic_moe(cfg, seed);
-  Rng rng(seed + 11);
-  const int64_t T = 13, H = cfg.hidden, k = cfg.top_k;
-  const std::vector<float> x = random_normal(rng, T * H);
-  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.25);
+  const SingleRankBatch c(seed, 13, 0.25);
+  const int64_t T = c.T, H = c.H;
+  EpDeviceBatch& batch = *c.batch;
   ep::NcclComm comm = ep::NcclComm::single_rank();
-  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, 0, 0.0f, false, false});
-  EpDeviceBatch batch(x, T, H, r, k);
+  NcclEpMoe nccl(comm.get(), c.w, EpCudaOptions{T, 0, 0.0f, false, false});
   const std::vector<uint16_t> poison(size_t(T * H), kPoisonBf16);
   cuda::CudaStream stream;
   batch.dy.upload(poison.data(), poison.size(), stream.get());
@@ -147,16 +157,12 @@ TEST(EpNccl, SingleRankPhaseTimes) {
   if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  const MoeConfig cfg = ep_test_config();
-  ASSERT_GT(cfg.shared_experts, 0);
-  const MoeWeights w = make_synthetic_moe(cfg, seed);
-  Rng rng(seed + 17);
-  const int64_t T = 11, H = cfg.hidden, k = cfg.top_k;
-  const std::vector<float> x = random_normal(rng, T * H);
-  const EpRouting r = random_routing(rng, T, k, 0, cfg.experts, 0.2);
+  const SingleRankBatch c(seed, 11, 0.2);
+  ASSERT_GT(c.cfg.shared_experts, 0);
+  const int64_t T = c.T, H = c.H;
+  EpDeviceBatch& batch = *c.batch;
   ep::NcclComm comm = ep::NcclComm::single_rank();
-  NcclEpMoe nccl(comm.get(), w, EpCudaOptions{T, 0, 0.0f, false, false});
-  EpDeviceBatch batch(x, T, H, r, k);
+  NcclEpMoe nccl(comm.get(), c.w, EpCudaOptions{T, 0, 0.0f, false, false});
   cuda::CudaStream stream;
   nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
   const std::vector<uint16_t> untimed = batch.y_bits(stream.get());
