@@ -118,6 +118,25 @@ struct SingleRankBatch {
   }
 };
 
+// One forward of `nccl` on `batch` captured from `stream` and instantiated
+// (RAII: the graph and its executable are destroyed with it).
+struct CapturedForward {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CapturedForward(NcclEpMoe& nccl, const EpDeviceBatch& batch, cudaStream_t stream) {
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream});
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  ~CapturedForward() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  CapturedForward(const CapturedForward&) = delete;
+  CapturedForward& operator=(const CapturedForward&) = delete;
+};
+
 TEST(EpNccl, SingleRankReplaysAsGraph) {
   if (!nccl_usable()) GTEST_SKIP() << "needs a CUDA device and a build with NCCL";
   const uint64_t seed = fresh_seed();
@@ -135,16 +154,9 @@ TEST(EpNccl, SingleRankReplaysAsGraph) {
   for (uint16_t b : eager) ASSERT_NE(b, kPoisonBf16) << "output left unwritten";
 
   batch.dy.upload(poison.data(), poison.size(), stream.get());
-  cudaGraph_t graph = nullptr;
-  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
-  NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 3; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  const CapturedForward g(nccl, batch, stream.get());
+  for (int rep = 0; rep < 3; ++rep) NVFP4_CUDA_CHECK(cudaGraphLaunch(g.exec, stream.get()));
   const std::vector<uint16_t> replay = batch.y_bits(stream.get());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 2), 0);
   nccl.sync_errors();
 }
@@ -188,17 +200,10 @@ TEST(EpNccl, SingleRankPhaseTimes) {
   EXPECT_LE(t.shared_expert, t.total) << "the branch runs inside the forward";
 
   // Captured with timing on: no events in the graph; the eager times stay.
-  cudaGraph_t graph = nullptr;
-  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  nccl.forward(batch.x, batch.routing, batch.out, {.stream = stream.get()});
-  NVFP4_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedForward g(nccl, batch, stream.get());
   batch.dy.upload(poison.data(), poison.size(), stream.get());
-  NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  NVFP4_CUDA_CHECK(cudaGraphLaunch(g.exec, stream.get()));
   EXPECT_EQ(std::memcmp(untimed.data(), batch.y_bits(stream.get()).data(), untimed.size() * 2), 0);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   EXPECT_EQ(nccl.phase_times().total, t.total);
 
   nccl.set_phase_timing(false);
