@@ -60,6 +60,12 @@ struct EpPhaseTimes {
   float total = 0.0f;          // first event to last
   float shared_expert = 0.0f;  // on its side stream (0 without a shared expert)
 };
+// The main-stream phases of EpPhaseTimes in the order a forward runs them.
+using EpPhaseField = float EpPhaseTimes::*;
+inline constexpr EpPhaseField kEpPhases[] = {&EpPhaseTimes::stage,   &EpPhaseTimes::barrier_in,
+                                             &EpPhaseTimes::dispatch, &EpPhaseTimes::experts,
+                                             &EpPhaseTimes::push,     &EpPhaseTimes::barrier_out,
+                                             &EpPhaseTimes::combine};
 
 // Tokens of rank r in a batch of `tokens` split over `ranks` in contiguous chunks.
 int64_t ep_token_begin(int64_t tokens, int ranks, int rank);

@@ -190,11 +190,13 @@ struct EpBreakdown {
   EpPhaseTimes ms;        // each field the max over ranks of its median
   ep::EpTraffic traffic;  // all ranks
 };
-// The fields of EpPhaseTimes, for medians and reductions over them.
-constexpr float EpPhaseTimes::*kPhaseFields[] = {
-    &EpPhaseTimes::stage, &EpPhaseTimes::barrier_in,  &EpPhaseTimes::dispatch, &EpPhaseTimes::experts,
-    &EpPhaseTimes::push,  &EpPhaseTimes::barrier_out, &EpPhaseTimes::combine,  &EpPhaseTimes::total,
-    &EpPhaseTimes::shared_expert};
+// Every field of EpPhaseTimes, for medians and reductions over them.
+std::vector<EpPhaseField> phase_fields() {
+  std::vector<EpPhaseField> f(std::begin(kEpPhases), std::end(kEpPhases));
+  f.push_back(&EpPhaseTimes::total);
+  f.push_back(&EpPhaseTimes::shared_expert);
+  return f;
+}
 EpBreakdown ep_breakdown(NcclEpMoe& moe, const ep::NcclComm& comm, const EpBenchBatch& b, const ForwardOptions& fo,
                          const ep::SegmentLayout& geometry, int me, int64_t T, int forwards) {
   std::vector<EpPhaseTimes> runs;
@@ -205,8 +207,9 @@ EpBreakdown ep_breakdown(NcclEpMoe& moe, const ep::NcclComm& comm, const EpBench
   }
   moe.set_phase_timing(false);
   moe.sync_errors();
+  const std::vector<EpPhaseField> fields = phase_fields();
   std::vector<double> medians;
-  for (const auto field : kPhaseFields) {
+  for (const auto field : fields) {
     std::vector<double> v;
     for (const EpPhaseTimes& r : runs) v.push_back(r.*field);
     std::sort(v.begin(), v.end());
@@ -214,7 +217,7 @@ EpBreakdown ep_breakdown(NcclEpMoe& moe, const ep::NcclComm& comm, const EpBench
   }
   ep::host_allreduce(comm, medians, ep::HostReduce::Max);
   EpBreakdown out;
-  for (size_t i = 0; i < medians.size(); ++i) out.ms.*kPhaseFields[i] = float(medians[i]);
+  for (size_t i = 0; i < medians.size(); ++i) out.ms.*fields[i] = float(medians[i]);
   const ep::EpTraffic mine = ep::ep_home_traffic(geometry, me, b.host_ids.data(), T);
   std::vector<double> bytes = {double(mine.dispatch_bytes), double(mine.combine_bytes), double(mine.remote_pairs)};
   ep::host_allreduce(comm, bytes, ep::HostReduce::Sum);

@@ -15,6 +15,7 @@
 #if defined(NVFP4MOE_HAS_NCCL)
 
 #include <cuda/atomic>
+#include <iterator>
 
 #include "ep/ep_rank.cuh"
 #include "ep/symm_buffer.hpp"
@@ -172,9 +173,8 @@ EpPhaseTimes NcclEpMoe::phase_times() const {
     return v;
   };
   EpPhaseTimes t;
-  float* const phases[ep::EpPhaseEvents::kMarks - 1] = {&t.stage, &t.barrier_in, &t.dispatch, &t.experts,
-                                                         &t.push, &t.barrier_out, &t.combine};
-  for (int i = 0; i + 1 < ep::EpPhaseEvents::kMarks; ++i) *phases[i] = ms(e.mark[i], e.mark[i + 1]);
+  static_assert(std::size(kEpPhases) == ep::EpPhaseEvents::kMarks - 1, "an event between each two phases");
+  for (size_t i = 0; i < std::size(kEpPhases); ++i) t.*kEpPhases[i] = ms(e.mark[i], e.mark[i + 1]);
   t.total = ms(e.mark[0], e.mark[ep::EpPhaseEvents::kMarks - 1]);
   if (e.shared) t.shared_expert = ms(e.shared_begin, e.shared_end);
   return t;

@@ -123,7 +123,8 @@ TEST(EpIndex, TrafficOfAHomeRanksTokensByHand) {
                                     1, 2,    // one on each rank
                                     3, 2,    // both on rank 1: the row is read once
                                     -1, 3};  // -1 goes nowhere
-  const SegmentLayout f32 = make_segment_layout(32, 2, 4, 2, 4, 16), bf16 = make_segment_layout(32, 2, 4, 2, 4, 16, true);
+  const SegmentLayout f32 = make_segment_layout(32, 2, 4, 2, 4, 16);
+  const SegmentLayout bf16 = make_segment_layout(32, 2, 4, 2, 4, 16, true);
   // Home rank 0: rank 1 reads every token's 2 ids twice (count, booking): 2 x 4 x 2 x 4 = 64 bytes;
   // the rows of tokens 1, 2, 3 (3 x 18) and 8 bytes a remote pair (4 pairs).
   EpTraffic t = ep_home_traffic(f32, 0, ids.data(), 4);
@@ -166,7 +167,8 @@ TEST(EpIndex, TrafficMatchesACountOfRowsAndPairs) {
     }
     const EpTraffic got = ep_home_traffic(L, home, ids.data(), T);
     EXPECT_EQ(got.remote_pairs, pairs) << "home " << home;
-    EXPECT_EQ(got.dispatch_bytes, uint64_t(2 * (R - 1) * T * k * 4 + rows * (H / 2 + H / 16) + pairs * 8)) << "home " << home;
+    EXPECT_EQ(got.dispatch_bytes, uint64_t(2 * (R - 1) * T * k * 4 + rows * (H / 2 + H / 16) + pairs * 8))
+        << "home " << home;
     EXPECT_EQ(got.combine_bytes, uint64_t(pairs) * (uint64_t(H) * 4 + 4)) << "home " << home;
     EXPECT_GT(rows, 0);
     EXPECT_LT(rows, pairs);  // some tokens have two slots on one peer: their row travels once
