@@ -228,8 +228,10 @@ class ModelDir {
 // swiglu_limit (none; 0 = none), scoring_func | score_func ("sqrtsoftplus"),
 // norm_topk_prob (true) optional. A main layer is hash-routed when
 // mlp_layer_types[layer] == "hash_moe", else when layer < num_hash_layers |
-// n_hash_layers (3 when absent); an MTP block never is, and must be below
-// num_nextn_predict_layers | n_mtp_layers when given. Errors name the key.
+// n_hash_layers (3 when absent; 0 for DeepSeek-V4.1); an MTP block never is,
+// and must be below num_nextn_predict_layers | n_mtp_layers when given.
+// DeepSeek-V4.1 (model_type "deepseek_v41"): the keys are read from
+// text_config, and its draft blocks (DSpark) are refused. Errors name the key.
 MoeConfig read_moe_config(const ModelDir& dir, int layer, bool mtp = false);
 
 // The MoE blocks of a checkpoint summarised from headers and config, for
@@ -277,7 +279,8 @@ struct LoadOptions {
 // keeping its weight_scale_2), or the official release's MXFP4 ones (weight
 // I8/U8/F4 + UE8M0 `scale`, ExpertFormat::Mxfp4), router, bias, tid2eid for
 // hash layers, shared expert (BF16, or FP8 E4M3 with 128x128 tile scales:
-// F8_E8M0 `scale` or F32 `weight_scale_inv`). Routed experts in another format
+// F8_E8M0 `scale` or F32 `weight_scale_inv`; DeepSeek-V4.1's 32x32 ones are
+// read as the exact BF16 values). Routed experts in another format
 // (FP8, BF16) or in two formats are refused naming the format and the layer.
 // Validates shapes, dtypes, global scales (NaN/Inf/<=0), block-scale bytes
 // (NaN, negative), FP8 shared weights and scales (NaN), naming the tensor and

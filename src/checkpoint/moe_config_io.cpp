@@ -76,15 +76,28 @@ Scoring parse_scoring(const std::string& f, const std::string& what) {
 }
 
 // Main layer `layer`: mlp_layer_types[layer] == "hash_moe", else layer <
-// num_hash_layers | n_hash_layers (3 when absent, transformers' default).
-bool layer_is_hash_routed(const ConfigKeys& k, const json::Value& c, int layer) {
+// num_hash_layers | n_hash_layers; when both are absent, 3 (transformers'
+// DeepSeek-V4 default) or `absent_hash_layers`.
+bool layer_is_hash_routed(const ConfigKeys& k, const json::Value& c, int layer, int64_t absent_hash_layers) {
   if (const json::Value* types = c.find("mlp_layer_types"); types && !types->is_null()) {
     const auto& t = types->items(k.src() + ": key \"mlp_layer_types\"");
     NVFP4_CHECK(layer >= 0 && size_t(layer) < t.size(), k.src(), ": key \"mlp_layer_types\" has ", t.size(),
                 " entries, no entry for layer ", layer);
     return t[size_t(layer)].as_string(k.src() + ": mlp_layer_types[" + std::to_string(layer) + "]") == "hash_moe";
   }
-  return layer < k.integer("num_hash_layers", "n_hash_layers", 3, 0, kMaxLayers);
+  return layer < k.integer("num_hash_layers", "n_hash_layers", absent_hash_layers, 0, kMaxLayers);
+}
+
+// DeepSeek-V4.1's config.json: model_type "deepseek_v41", the language
+// model's keys nested in text_config (model_type "deepseek_v41_text") beside
+// a vision_config.
+bool is_deepseek_v41(const json::Value& c) {
+  auto type_is = [](const json::Value& v, const char* want) {
+    const json::Value* t = v.is_object() ? v.find("model_type") : nullptr;
+    return t && t->is_string() && t->as_string("model_type") == want;
+  };
+  const json::Value* text = c.find("text_config");
+  return type_is(c, "deepseek_v41") || (text && type_is(*text, "deepseek_v41_text"));
 }
 
 void read_block_range(const ConfigKeys& k, int layer, bool mtp) {
@@ -106,9 +119,17 @@ MoeConfig read_moe_config(const ModelDir& dir, int layer, bool mtp) {
   NVFP4_CHECK(!dir.config_json().empty(), dir.path(), ": no config.json");
   NVFP4_CHECK(layer >= 0, "read_moe_config: layer must be >= 0, got ", layer);
   const std::string src = dir.path() + "/" + dir.config_name();
-  json::Value c = json::parse(dir.config_json(), src);
-  NVFP4_CHECK(c.is_object(), src, ": must hold a JSON object");
-  const ConfigKeys k(c, src);
+  const json::Value root = json::parse(dir.config_json(), src);
+  NVFP4_CHECK(root.is_object(), src, ": must hold a JSON object");
+  // A multimodal config (DeepSeek-V4.1) keeps the language model's keys in
+  // text_config.
+  const json::Value* text = root.find("text_config");
+  const bool nested = text && text->is_object() && !root.find("hidden_size");
+  const json::Value& c = nested ? *text : root;
+  const ConfigKeys k(c, nested ? src + " (text_config)" : src);
+  const bool v41 = is_deepseek_v41(root);
+  NVFP4_CHECK(!(v41 && mtp), src, ": DeepSeek-V4.1's draft blocks mtp.N (DSpark: dspark_n_routed_experts routed "
+              "experts, top dspark_num_experts_per_tok) are not read yet; its main layers are");
   MoeConfig m;
   m.hidden = k.integer("hidden_size", "dim", std::nullopt, 1, kMaxWidth);
   m.intermediate = k.integer("moe_intermediate_size", "moe_inter_dim", std::nullopt, 1, kMaxWidth);
@@ -125,7 +146,9 @@ MoeConfig read_moe_config(const ModelDir& dir, int layer, bool mtp) {
     m.scoring = parse_scoring(s->as_string(k.what("scoring_func", "score_func")), k.what("scoring_func", "score_func"));
   if (const json::Value* n = k.find("norm_topk_prob")) m.norm_topk_prob = n->as_bool(src + ": key \"norm_topk_prob\"");
   read_block_range(k, layer, mtp);
-  m.hash_routed = !mtp && layer_is_hash_routed(k, c, layer);
+  // DeepSeek-V4.1 has no hash-routed layers (no num_hash_layers, no tid2eid;
+  // vLLM's deepseek_v41 model passes num_hash_layers = 0).
+  m.hash_routed = !mtp && layer_is_hash_routed(k, c, layer, v41 ? 0 : 3);
   try {
     m.validate();
   } catch (const Error& e) {
