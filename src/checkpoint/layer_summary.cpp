@@ -125,16 +125,23 @@ void summarize_shared(const ModelDir& dir, const MoeNames& names, const BlockTen
   for (Proj p : kProjs) {
     const std::string prefix = names.shared(p);
     const WeightFormat f = classify_weight(dir, prefix);
-    formats.insert(weight_format_name(f));
+    std::string name = weight_format_name(f);
     if (f == WeightFormat::Missing) s.problems.push_back("missing tensor \"" + prefix + ".weight\"");
-    if (f != WeightFormat::Fp8Block || !read_values) continue;
-    const TensorInfo& w = dir.get(prefix + ".weight");
-    try {
-      NVFP4_CHECK(w.shape.size() == 2, "tensor \"", w.name, "\": shape ", shape_text(w.shape), ", expected 2-D");
-      for (float v : read_tile_scales(dir, prefix, w.shape[0], w.shape[1])) s.shared_scale.add(v);
-    } catch (const Error& err) {
-      s.problems.push_back(err.what());
+    if (f == WeightFormat::Fp8Block && read_values) {
+      const TensorInfo& w = dir.get(prefix + ".weight");
+      try {
+        NVFP4_CHECK(w.shape.size() == 2, "tensor \"", w.name, "\": shape ", shape_text(w.shape), ", expected 2-D");
+        const Fp8BlockScales b = read_block_scales(dir, prefix, w.shape[0], w.shape[1]);
+        if (b.block != SharedExpertWeights::kFp8Tile) {  // "FP8 32x32"
+          const std::string edge = std::to_string(b.block);
+          name.append(" ").append(edge).append("x").append(edge);
+        }
+        for (float v : b.factors) s.shared_scale.add(v);
+      } catch (const Error& err) {
+        s.problems.push_back(err.what());
+      }
     }
+    formats.insert(name);
   }
   s.shared_format = formats.size() > 1 ? "mixed (" + joined(formats) + ")" : *formats.begin();
 }
@@ -186,7 +193,8 @@ std::vector<MoeLayerSummary> summarize_moe_layers(const ModelDir& dir, bool read
     check_router(names, t, cfg ? &*cfg : nullptr, s);
     check_manifest(dir, names, s);
     s.loadable = (s.routed_format == "NVFP4" || s.routed_format == "MXFP4") && s.problems.empty() && cfg.has_value() &&
-                 (s.shared_format.empty() || s.shared_format == "BF16" || s.shared_format == "FP8");
+                 (s.shared_format.empty() || s.shared_format == "BF16" || s.shared_format == "FP8" ||
+                  s.shared_format == "FP8 32x32");
     out.push_back(std::move(s));
   }
   return out;

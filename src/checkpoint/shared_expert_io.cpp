@@ -1,10 +1,13 @@
 #include "checkpoint/shared_expert_io.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "checkpoint/dtypes.hpp"
 #include "checkpoint/weight_format.hpp"
+#include "format/nvfp4_codec.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/format.hpp"
 
@@ -13,8 +16,10 @@ namespace nvfp4moe {
 namespace {
 
 constexpr int64_t kTile = SharedExpertWeights::kFp8Tile;
+constexpr int64_t kV41Block = 32;  // DeepSeek-V4.1's FP8 blocks
 
-int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
+int64_t blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+int64_t tiles(int64_t n) { return blocks(n, kTile); }
 
 void expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape) {
   NVFP4_CHECK(t.shape == shape, "tensor \"", t.name, "\": shape ", shape_text(t.shape), ", expected ",
@@ -46,29 +51,59 @@ std::vector<uint8_t> read_fp8_weight(const TensorInfo& t, int64_t N, int64_t K) 
 
 }  // namespace
 
-// The tile factors of "<prefix>.weight" [N, K]: `scale` or `weight_scale_inv`,
-// F8_E8M0 (2^(b - 127)) or F32, [ceil(N/128), ceil(K/128)].
-std::vector<float> read_tile_scales(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K) {
+// The block factors of "<prefix>.weight" [N, K]: `scale` or
+// `weight_scale_inv`, F8_E8M0 (2^(b - 127)) or F32, one per 128 x 128 block
+// (DeepSeek-V4) or 32 x 32 block (DeepSeek-V4.1), told by the shape.
+Fp8BlockScales read_block_scales(const ModelDir& dir, const std::string& prefix, int64_t N, int64_t K) {
   const bool scale = dir.has(prefix + ".scale"), inv = dir.has(prefix + ".weight_scale_inv");
   NVFP4_CHECK(scale || inv, dir.path(), ": missing tensor \"", prefix, ".scale\" (or \"", prefix,
-              ".weight_scale_inv\"): the FP8 weight \"", prefix, ".weight\" needs its 128x128 tile scales");
+              ".weight_scale_inv\"): the FP8 weight \"", prefix, ".weight\" needs its 128x128 tile scales (or "
+              "DeepSeek-V4.1's 32x32 ones)");
   NVFP4_CHECK(!(scale && inv), "tensors \"", prefix, ".scale\" and \"", prefix,
               ".weight_scale_inv\" both given for one weight");
   const TensorInfo& t = dir.get(prefix + (scale ? ".scale" : ".weight_scale_inv"));
   NVFP4_CHECK(t.dtype == DType::F8E8M0 || t.dtype == DType::F32, "tensor \"", t.name, "\": dtype ",
-              dtype_name(t.dtype), ", expected F8_E8M0 or F32 (one factor per 128x128 tile)");
-  expect_shape(t, {tiles(N), tiles(K)});
-  std::vector<float> s = t.to_f32();
-  const int64_t cols = tiles(K);
-  for (size_t i = 0; i < s.size(); ++i) {
+              dtype_name(t.dtype), ", expected F8_E8M0 or F32 (one factor per 128x128 or 32x32 tile)");
+  Fp8BlockScales out;
+  const std::vector<int64_t> v4 = {blocks(N, kTile), blocks(K, kTile)};
+  const std::vector<int64_t> v41 = {blocks(N, kV41Block), blocks(K, kV41Block)};
+  NVFP4_CHECK(t.shape == v4 || t.shape == v41, "tensor \"", t.name, "\": shape ", shape_text(t.shape), ", expected ",
+              shape_text(v4), " (128x128 tiles) or ", shape_text(v41), " (32x32 tiles) for the weight [", N, ", ",
+              K, "]");
+  out.block = t.shape == v4 ? kTile : kV41Block;  // both (N, K <= 32): one block either way
+  out.factors = t.to_f32();
+  const int64_t cols = t.shape[1];
+  for (size_t i = 0; i < out.factors.size(); ++i) {
     if (t.dtype == DType::F8E8M0)
       NVFP4_CHECK(t.data[i] != 0xFF, "tensor \"", t.name, "\": scale byte ", i, " (tile ", int64_t(i) / cols, ", ",
                   int64_t(i) % cols, ") is NaN (0xff)");
-    NVFP4_CHECK(std::isfinite(s[i]) && s[i] > 0, "tensor \"", t.name, "\": scale of tile (", int64_t(i) / cols,
-                ", ", int64_t(i) % cols, ") is ", s[i], " (must be finite and > 0)");
+    NVFP4_CHECK(std::isfinite(out.factors[i]) && out.factors[i] > 0, "tensor \"", t.name, "\": scale of tile (",
+                int64_t(i) / cols, ", ", int64_t(i) % cols, ") is ", out.factors[i], " (must be finite and > 0)");
   }
-  return s;
+  return out;
 }
+
+namespace {
+
+// e4m3(q[n, k]) * factor of its block as BF16 [N, K]: exact (a BF16 holds
+// every E4M3 value times a power of two within its range, and F32 factors
+// are checked), else an error naming the element.
+std::vector<Bf16> dequantize_fp8_blocks(const TensorInfo& w, const std::vector<uint8_t>& q, const Fp8BlockScales& s,
+                                        int64_t N, int64_t K) {
+  std::vector<Bf16> out(size_t(N * K));
+  const int64_t cols = blocks(K, s.block);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = fmt::e4m3_value(q[size_t(n * K + k)]) * s.factors[size_t((n / s.block) * cols + k / s.block)];
+      const Bf16 b = bf16_from_float(v);
+      NVFP4_CHECK(std::isfinite(v) && bf16_to_float(b) == v, "tensor \"", w.name, "\": element (", n, ", ", k,
+                  ") times its block scale is ", v, ", not exact in BF16");
+      out[size_t(n * K + k)] = b;
+    }
+  return out;
+}
+
+}  // namespace
 
 void load_shared_expert(const ModelDir& dir, const MoeNames& names, MoeConfig& cfg, SharedExpertWeights& out) {
   const int64_t H = cfg.hidden;
@@ -83,24 +118,39 @@ void load_shared_expert(const ModelDir& dir, const MoeNames& names, MoeConfig& c
     NVFP4_CHECK(f[int(p)] != WeightFormat::Missing, dir.path(), ": missing tensor \"", prefix, ".weight\"");
     NVFP4_CHECK(f[int(p)] == WeightFormat::Bf16 || f[int(p)] == WeightFormat::Fp8Block, names.label(),
                 ": the shared expert's weight is ", weight_format_name(f[int(p)]), " (", describe_weight(dir, prefix),
-                "); expected BF16, or FP8 E4M3 with 128x128 tile scales");
+                "); expected BF16, or FP8 E4M3 with 128x128 or 32x32 block scales");
     NVFP4_CHECK(f[int(p)] == f[0], names.label(), ": the shared expert mixes formats: ",
                 describe_weight(dir, names.shared(Proj::Gate)), " is ", weight_format_name(f[0]), " but ",
                 describe_weight(dir, prefix), " is ", weight_format_name(f[int(p)]));
   }
   out = SharedExpertWeights{};
-  out.format = f[0] == WeightFormat::Bf16 ? SharedExpertFormat::Bf16 : SharedExpertFormat::Fp8Block;
+  auto dims = [&](Proj p) { return std::pair<int64_t, int64_t>{p == Proj::Down ? H : Is, p == Proj::Down ? Is : H}; };
+  // FP8 with 32x32 blocks (DeepSeek-V4.1) is held as its exact BF16 values:
+  // the FP8 kernels take one factor per 128x128 tile.
+  std::array<Fp8BlockScales, 3> scales;
+  bool fp8_blocks_32 = false;
+  if (f[0] == WeightFormat::Fp8Block) {
+    for (Proj p : kProjs) scales[size_t(p)] = read_block_scales(dir, names.shared(p), dims(p).first, dims(p).second);
+    fp8_blocks_32 = scales[0].block != kTile;
+    for (Proj p : kProjs)
+      NVFP4_CHECK(scales[size_t(p)].block == scales[0].block, names.label(), ": the shared expert mixes block sizes: ",
+                  names.shared(Proj::Gate), " has ", scales[0].block, "x", scales[0].block, " blocks, ",
+                  names.shared(p), " ", scales[size_t(p)].block, "x", scales[size_t(p)].block);
+  }
+  out.format = f[0] == WeightFormat::Fp8Block && !fp8_blocks_32 ? SharedExpertFormat::Fp8Block : SharedExpertFormat::Bf16;
   for (Proj p : kProjs) {
-    const std::string prefix = names.shared(p);
-    const TensorInfo& w = dir.get(prefix + ".weight");
-    const int64_t N = p == Proj::Down ? H : Is, K = p == Proj::Down ? Is : H;
-    if (out.format == SharedExpertFormat::Bf16) {
+    const TensorInfo& w = dir.get(names.shared(p) + ".weight");
+    const auto [N, K] = dims(p);
+    if (f[0] == WeightFormat::Bf16) {
       expect_shape(w, {N, K});
       (p == Proj::Gate ? out.w1 : p == Proj::Up ? out.w3 : out.w2) = read_bf16(w);
+    } else if (fp8_blocks_32) {
+      (p == Proj::Gate ? out.w1 : p == Proj::Up ? out.w3 : out.w2) =
+          dequantize_fp8_blocks(w, read_fp8_weight(w, N, K), scales[size_t(p)], N, K);
     } else {
       (p == Proj::Gate ? out.w1_fp8 : p == Proj::Up ? out.w3_fp8 : out.w2_fp8) = read_fp8_weight(w, N, K);
       (p == Proj::Gate ? out.w1_scale : p == Proj::Up ? out.w3_scale : out.w2_scale) =
-          read_tile_scales(dir, prefix, N, K);
+          std::move(scales[size_t(p)].factors);
     }
   }
   cfg.shared_intermediate = Is == cfg.intermediate * cfg.shared_experts ? 0 : Is;
