@@ -106,6 +106,7 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .counters = counters_.get(),
                           .sms = sms_,
                           .force_splits = fp8_choice_.splits,
+                          .force_gemv_stages = fp8_choice_.gemv_stages,
                           .path = fp8_choice_.kernels,
                           .scales_fold = fp8_fold_,
                           .x_perm = x_perm_.get(),

@@ -328,17 +328,17 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
 // K, its 4 warps taking every 4th K tile each, and the warps' sums added in
 // shared memory: no split-K workspace, no second pass, and a grid of one
 // CTA per m-tile (gate/up Is / 8, down H / 16) to spread over the SMs.
-// kGemvStages - 1 K tiles (2 KB of weights each a warp) are in flight while
-// one is multiplied (4 stages: 3-13 % slower for V4-Pro). Launched for
+// kStages - 1 K tiles (2 KB of weights each a warp, and x) are in flight
+// while one is multiplied: 3 stages where the grid fits the SMs in one wave
+// at the residency their registers allow, else 2 (launch_gemv). Launched for
 // programmatic dependent launch, a CTA issues its first weight loads before
 // it waits for the previous kernel (whose output it reads as x), so that
 // they overlap that kernel's tail (2-3 us of a V4-Pro forward).
-constexpr int kGemvStages = 3;
-
-template <int kNT, bool kSwiGlu>
+template <int kNT, bool kSwiGlu, int kStages>
 __global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Projection p) {
   static_assert(kXInRegisters<kNT>, "the GEMV form reads x into registers (up to 16 tokens)");
-  constexpr int S = kGemvStages;
+  static_assert(kStages == 2 || kStages == 3, "kStages: 2 or 3 register stages");
+  constexpr int S = kStages;
   constexpr Fp8Convert kConv = Fp8Convert::Integer;  // measured faster here than the FP16 route
   __shared__ float sums[kWarps][kNT][4][32];
   ptx::griddep_launch_dependents();
@@ -385,10 +385,22 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Proj
   store_rows<kNT, kSwiGlu>(p, 0, row_lo, row_hi, t, v);
 }
 
+// The grid is one CTA per m-tile (V4-Pro: 384 gate/up, 448 down; V4-Flash:
+// 256 each), all meant to stream at once: a CTA that waits for a second
+// wave doubles its m-tile's time. Three stages take 155 registers a thread
+// at one n8 tile (3 CTAs an SM) and 208 at two (2 CTAs), two stages 118
+// (4) and 155 (3). NOTES (measured on an H100, GEMV device time, V4-Pro
+// T = 1 / 8 / 12 / 16): two stages for both projections 27.6 / 27.8 / 30.9 /
+// 31.7 us against 28.9 / 29.0 / 34.7 / 35.2 for three; V4-Flash, whose
+// grids fit with three, lost 2-4 % with two.
 template <int kNT, bool kSwiGlu>
-void launch_gemv(const Fp8Projection& p, cudaStream_t stream) {
+void launch_gemv(const Fp8Projection& p, int force_stages, cudaStream_t stream) {
   const dim3 grid(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
-  launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu>, grid, dim3(kThreads), 0, stream, true, p);
+  const auto deep = shared_fp8_gemv_kernel<kNT, kSwiGlu, 3>;
+  if (force_stages == 3 || (force_stages == 0 && int64_t(grid.x) <= resident_ctas(deep, kThreads, 0)))
+    launch_dependent(deep, grid, dim3(kThreads), 0, stream, true, p);
+  else
+    launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2>, grid, dim3(kThreads), 0, stream, true, p);
 }
 
 template <int kNT, bool kSwiGlu>
@@ -402,10 +414,12 @@ void launch_projection(const Fp8Projection& p, int n8_tiles, const SharedFp8Args
   const bool gemv = a.path == Fp8SharedPath::Gemv || (a.path == Fp8SharedPath::Auto && n8_tiles <= 2);
   if (gemv) {
     NVFP4_CHECK(n8_tiles <= 2, "shared_expert_fp8: the GEMV form takes up to 16 tokens, not ", p.tokens);
+    NVFP4_CHECK(a.force_gemv_stages == 0 || a.force_gemv_stages == 2 || a.force_gemv_stages == 3,
+                "shared_expert_fp8: the GEMV form has 2 or 3 register stages, not ", a.force_gemv_stages);
     if (n8_tiles == 1)
-      launch_gemv<1, kSwiGlu>(p, stream);
+      launch_gemv<1, kSwiGlu>(p, a.force_gemv_stages, stream);
     else
-      launch_gemv<2, kSwiGlu>(p, stream);
+      launch_gemv<2, kSwiGlu>(p, a.force_gemv_stages, stream);
     NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_gemv_kernel<gate/up>" : "shared_fp8_gemv_kernel<down>");
     return;
   }

@@ -84,6 +84,7 @@ struct SharedFp8Args {
   int32_t* counters = nullptr;       // scratch [shared_fp8_counters(H, Is)], zero before the first call
   int sms = 0;                       // SMs of the device (the split choice)
   int force_splits = 0;              // > 0: this many K splits (tests, benchmarks); 0: chosen
+  int force_gemv_stages = 0;         // 2 or 3: the GEMV form's register stages (tests); 0: chosen
   Fp8SharedPath path = Fp8SharedPath::Auto;
   bool scales_fold = false;          // every tile factor a power of two 2^-117 .. 2^7 (the wgmma form)
   __nv_bfloat16* x_perm = nullptr;   // scratch [T, H] (the wgmma form: x in its column order)

@@ -76,12 +76,13 @@ struct Fp8Case {
   int splits;  // 0: chosen by the kernel
   bool limit;
   Fp8SharedPath path = Fp8SharedPath::Auto;
+  int gemv_stages = 0;  // the GEMV form's register stages, 0: chosen by the launcher
 };
 
 std::string case_name(const Fp8Case& c, uint64_t seed) {
   return "seed=" + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden) +
          " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits) +
-         " path=" + std::to_string(int(c.path));
+         " path=" + std::to_string(int(c.path)) + " gemv_stages=" + std::to_string(c.gemv_stages);
 }
 
 struct Fp8Result {
@@ -130,6 +131,7 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   a.counters = counters.get();
   a.sms = sm_count();
   a.force_splits = c.splits;
+  a.force_gemv_stages = c.gemv_stages;
   a.path = c.path;
   a.scales_fold = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
                   fp8_scales_are_powers_of_two(w.w2_scale, 7);
@@ -293,6 +295,21 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
   EXPECT_TRUE(shared_fp8_wgmma_supports(a));
 }
 
+// The GEMV form's register stages may be forced to 2 or 3 (tests), nothing
+// else; the check comes before any CUDA call. Host logic only.
+TEST(SharedFp8, GemvStagesAreTwoOrThree) {
+  Fp8WgmmaMaps maps;
+  SharedFp8Args a = host_choice_args(maps);
+  a.tokens = 4;
+  a.hidden = 256;
+  a.inter = 128;
+  a.path = Fp8SharedPath::Gemv;
+  for (const int stages : {1, 4, -1}) {
+    a.force_gemv_stages = stages;
+    EXPECT_ERROR_CONTAINS(shared_expert_fp8(a, nullptr), "2 or 3 register stages, not " + std::to_string(stages));
+  }
+}
+
 // Auto's choice between the GEMV and wgmma forms: from 9 tokens where H x
 // Is is at least 2^24 (DeepSeek-V4-Pro, H = 7168, Is = 3072), from 17 below
 // (V4-Flash, H = 4096, Is = 2048); never without power-of-two factors.
@@ -330,6 +347,10 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
       // The GEMV form (up to 16 tokens; K tiles fewer than, equal to and more than its 4 warps).
       {1, 256, 128, 0, true, Fp8SharedPath::Gemv}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv},
       {12, 640, 272, 0, true, Fp8SharedPath::Gemv}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv},
+      // ... with two register stages, which the launcher takes for grids of more m-tiles than
+      // three-stage CTAs fit on the SMs at once (small grids here take three).
+      {1, 256, 128, 0, true, Fp8SharedPath::Gemv, 2}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv, 2},
+      {12, 640, 272, 0, true, Fp8SharedPath::Gemv, 2}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv, 2},
       {3, 272, 208, 2, true, Fp8SharedPath::Split},
       // The wgmma form (H, Is multiples of 64; power-of-two factors): widths 16, 32, 64, 128; one K
       // tile (the second warpgroup idle), odd and even counts of them; a partial last K tile (H = 576,
