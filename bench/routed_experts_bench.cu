@@ -328,9 +328,9 @@ struct Forward {
 
 // The kernel run_expert_gemm picks for P live pairs, as the table names it.
 const char* chosen_kernel(const ExpertGemmChoice& c, int64_t P, bool fp8) {
-  static const char* names[] = {"simple", "decode", "split"};
-  const ExpertGemmCandidate::Kind k = c.kind_for(P);
-  return fp8 && k == ExpertGemmCandidate::Wgmma ? "fp8-split" : names[k];
+  static const char* names[] = {"simple", "decode", "narrow", "split"};
+  static const char* fp8_names[] = {"simple", "decode", "fp8-narrow", "fp8-split"};
+  return (fp8 ? fp8_names : names)[c.kind_for(P)];
 }
 
 // Every prefill tile width over all blocks (TokenBlocks::All), the four
@@ -565,7 +565,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   w.ckpt_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.mem_floor = w.device_bytes / c.read * 1e6;
   // The FP8 form's ceiling is the dense FP8 peak, the BF16 form's the BF16 one.
-  const bool fp8_mma = p.fp8 && p.gemm.kind_for(P) == ExpertGemmCandidate::Wgmma;
+  const bool fp8_mma = p.fp8 && ExpertGemmCandidate::prefill(p.gemm.kind_for(P));
   w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / (fp8_mma ? c.fp8 : c.bf16) * 1e6;
   w.floor = std::max(w.mem_floor, w.comp_floor);
   w.ckpt_mem_floor = w.ckpt_bytes / c.read * 1e6;

@@ -14,6 +14,7 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 4;
+constexpr int64_t kNarrowMaxPerExpert = 8;
 // NOTES (measured on the H200): above it the Split launches everywhere.
 // With three consumer warpgroups in the 32-wide prefill kernel the decode
 // kernel wins only up to ~4 pairs per expert (one run, GEMMs us, decode /
@@ -23,6 +24,9 @@ constexpr int64_t kDecodeMaxPerExpert = 4;
 // A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
 // slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
 // uniform: Split runs those experts' blocks 32 or 64 wide, never wider.
+// From 5 to 8 pairs per expert nearly every expert's rows fit one 32-wide
+// block, so the Split launches amount to the 32-wide one and three that
+// find nothing to do; the Narrow candidate is that one launch alone.
 
 }  // namespace
 
@@ -33,21 +37,24 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
   const int64_t all = std::max<int64_t>(0, pairs_bound);
   ExpertGemmChoice out;
   bool decode = has_fragment && decode_supported;
-  if (forced && *forced) {
-    NVFP4_CHECK(std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "decode") == 0, "NVFP4MOE_GEMM=", forced,
-                ": expected decode or wgmma");
-    if (std::strcmp(forced, "wgmma") == 0) decode = false;
-  }
+  const bool named = forced && *forced;
+  NVFP4_CHECK(!named || std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "narrow") == 0 ||
+                  std::strcmp(forced, "decode") == 0,
+              "NVFP4MOE_GEMM=", forced, ": expected decode, narrow or wgmma");
   if (!has_fragment) {
     out.candidates[out.count++] = C{C::Simple, -1, all};
     return out;
   }
-  if (forced && std::strcmp(forced, "decode") == 0 && decode) {
-    out.candidates[out.count++] = C{C::Decode, -1, all};
+  if (named) {  // one kernel; decode where it cannot take the shape: the Split launches
+    const C::Kind k = std::strcmp(forced, "narrow") == 0 ? C::Narrow
+                      : std::strcmp(forced, "decode") == 0 && decode ? C::Decode
+                                                                     : C::Wgmma;
+    out.candidates[out.count++] = C{k, -1, all};
     return out;
   }
   const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
-  const C ranges[2] = {{C::Decode, -1, decode_max}, {C::Wgmma, decode_max, all}};
+  const int64_t narrow_max = kNarrowMaxPerExpert * local;
+  const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Narrow, decode_max, narrow_max}, {C::Wgmma, narrow_max, all}};
   for (const C& c : ranges) {
     const int64_t hi = std::min(c.at_most, all);
     if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
@@ -58,11 +65,10 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_prefill_gemm_prepare(local_experts); }
 
 OperandOrder ExpertGemmChoice::operand_order(const int32_t* live_pairs) const {
-  // k-slot order exactly where the wgmma candidate runs (the top range).
+  // k-slot order exactly where the prefill kernel runs (the top ranges).
   OperandOrder o;  // logical
   for (int i = 0; i < count; ++i) {
-    const ExpertGemmCandidate::Kind k = candidates[i].kind;
-    if (k != ExpertGemmCandidate::Wgmma) continue;
+    if (!ExpertGemmCandidate::prefill(candidates[i].kind)) continue;
     o.kslot_above = int32_t(candidates[i].above);
     o.live_pairs = count > 1 ? live_pairs : nullptr;  // one candidate: no count needed
     break;
@@ -104,6 +110,9 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragmen
         break;
       case ExpertGemmCandidate::Decode:
         sm90_nvfp4_decode_gemm(p, *fragment, sm90_nvfp4_decode_gemm_config(c.at_most, local), stream);
+        break;
+      case ExpertGemmCandidate::Narrow:
+        sm90_nvfp4_prefill_gemm(p, *fragment, Sm90PrefillGemmConfig{.block_n = 32, .blocks = TokenBlocks::All}, stream);
         break;
       case ExpertGemmCandidate::Wgmma:  // 128-wide blocks; a last block at the width of its rows
         sm90_nvfp4_prefill_gemm_split(p, *fragment, stream);

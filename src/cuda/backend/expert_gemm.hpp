@@ -14,10 +14,13 @@
 // Ranges, in average tokens per local expert (measured on the H200,
 // docs/performance.md):
 //   <= 4: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
+//   <= 8: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
+//         launch, TokenBlocks::All)
 //   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last
 //          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
-// NVFP4MOE_GEMM=decode|wgmma forces one kernel (benchmarks, A/B); decode
-// falls back to wgmma where it does not support the shape. The prefill
+// NVFP4MOE_GEMM=decode|narrow|wgmma forces one kernel (benchmarks, A/B);
+// decode falls back to wgmma (the Split launches) where it does not support
+// the shape. The prefill
 // kernel's form (BF16 or FP8 operands) is not chosen here: it follows the
 // plan (act_fp8 set when RoutedExperts took the FP8 form at load).
 #pragma once
@@ -36,11 +39,15 @@ namespace nvfp4moe::cuda {
 // The kernels queued for one projection, each with its range of live pairs
 // (above, at_most]; the ranges are disjoint and cover [0, pairs_bound].
 struct ExpertGemmCandidate {
-  enum Kind { Simple, Decode, Wgmma } kind;  // Wgmma: the Split launches
+  // Narrow: the prefill kernel 32 wide over every block, one launch; Wgmma:
+  // its Split launches.
+  enum Kind { Simple, Decode, Narrow, Wgmma } kind;
   int64_t above, at_most;
+  // Whether the kind is the prefill kernel (its operand rows in k-slot order).
+  static constexpr bool prefill(Kind k) { return k == Narrow || k == Wgmma; }
 };
 struct ExpertGemmChoice {
-  ExpertGemmCandidate candidates[2];
+  ExpertGemmCandidate candidates[3];
   int count = 0;
   // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
   OperandOrder operand_order(const int32_t* live_pairs) const;

@@ -380,7 +380,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   const bool kslot = kut.which == KernelUnderTest::Wgmma || kut.which == KernelUnderTest::WgmmaSplit ||
                      kut.which == KernelUnderTest::SplitOne ||
                      (kut.which == KernelUnderTest::Chosen &&
-                      choice.kind_for(live) == K::Wgmma);
+                      K::prefill(choice.kind_for(live)));
   // The order the staging kernels would be told to write agrees with the kernel that runs.
   if (kut.which == KernelUnderTest::Chosen) {
     const OperandOrder order = choice.operand_order(offsets.get());
@@ -577,13 +577,17 @@ TEST_P(Sm90PrefillGemm, MatchesFp64ReferenceAtEveryTileWidthAndWhenChosen) {
   }
 }
 
-// T=1: one token; 40: under one tile; 300: experts with several 64-position
-// blocks and a partial 128 one; 100 and 200: experts around 64 and 128 rows,
-// last blocks of several widths (TokenBlocks::Split). H=640, I=384: 40 down m-tiles (a last block
-// with one idle warpgroup), K not a multiple of 1024 (no decode kernel: wgmma
-// from zero pairs). H=576, I=320: no fragment layout (the simple kernel).
+// T=1: one token; 10: ~19 live pairs of 3 experts, the narrow candidate's
+// range (4-8 a expert); 40: under one tile; 300: experts with several
+// 64-position blocks and a partial 128 one; 100 and 200: experts around 64
+// and 128 rows, last blocks of several widths (TokenBlocks::Split). H=640,
+// I=384: 40 down m-tiles (a last block with one idle warpgroup), K not a
+// multiple of 1024 (no decode kernel: the prefill kernel from zero pairs,
+// narrow at T=8, Split at 150). H=576, I=320: no fragment layout (the simple
+// kernel).
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90PrefillGemm,
-                         ::testing::Values(WgmmaCase{1, 1024, 1024}, WgmmaCase{40, 1024, 1024},
+                         ::testing::Values(WgmmaCase{1, 1024, 1024}, WgmmaCase{10, 1024, 1024},
+                                           WgmmaCase{40, 1024, 1024}, WgmmaCase{8, 640, 384},
                                            WgmmaCase{100, 1024, 1024}, WgmmaCase{200, 1024, 1024},
                                            WgmmaCase{300, 1024, 1024}, WgmmaCase{150, 640, 384},
                                            WgmmaCase{150, 576, 320}),
@@ -669,7 +673,7 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
   EXPECT_EQ(c.candidates[c.count - 1].at_most, bound);
 }
 
-TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertThenWgmma) {
+TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 6, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
@@ -678,20 +682,26 @@ TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertThenWgmma) {
   c = choose_expert_gemm(48, 4 * 48, true, true, nullptr);  // the boundary: still decode only
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 1680, true, true, nullptr);  // 280 tokens with -1 slots: the device decides
+  c = choose_expert_gemm(48, 4 * 48 + 1, true, true, nullptr);  // one pair more: the device decides
   ASSERT_EQ(c.count, 2);
+  EXPECT_EQ(c.candidates[1].kind, K::Narrow);
+  expect_partition(c, 4 * 48 + 1);
+  c = choose_expert_gemm(48, 1680, true, true, nullptr);  // 280 tokens with -1 slots: all three queued
+  ASSERT_EQ(c.count, 3);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
-  EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
+  EXPECT_EQ(c.candidates[1].kind, K::Narrow);
+  EXPECT_EQ(c.candidates[1].at_most, 8 * 48);
+  EXPECT_EQ(c.candidates[2].kind, K::Wgmma);
   expect_partition(c, 1680);
-  c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);  // prefill: both queued
+  EXPECT_EQ(c.kind_for(4 * 48), K::Decode);
+  EXPECT_EQ(c.kind_for(4 * 48 + 1), K::Narrow);
+  EXPECT_EQ(c.kind_for(8 * 48), K::Narrow);
+  EXPECT_EQ(c.kind_for(8 * 48 + 1), K::Wgmma);
+  c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: prefill from zero
   ASSERT_EQ(c.count, 2);
-  EXPECT_EQ(c.candidates[1].above, 4 * 48);
+  EXPECT_EQ(c.candidates[0].kind, K::Narrow);
   EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
-  expect_partition(c, 8192 * 6);
-  c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: wgmma from zero
-  ASSERT_EQ(c.count, 1);
-  EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
   expect_partition(c, 8192 * 6);
   c = choose_expert_gemm(48, 8192 * 6, false, false, nullptr);  // no fragment layout: the simple kernel, alone
   ASSERT_EQ(c.count, 1);
@@ -747,7 +757,7 @@ TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
   ASSERT_FALSE(sm90_nvfp4_decode_gemm_supports(l2.geometry));
   ExpertGemmChoice c = expert_gemm_choice(4, 8, &l1, &l2);
   ASSERT_EQ(c.count, 1);
-  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Wgmma);
+  EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Narrow);  // 2 pairs a expert: the prefill kernel, narrow
   const FragmentWeights l2ok{&byte, &byte, fragment_geometry(Projection::Down, 1024, 1024)};
   c = expert_gemm_choice(4, 8, &l1, &l2ok);
   EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Decode);
@@ -773,7 +783,7 @@ TEST(ExpertGemmChoice, OperandOrderFollowsTheKernelThatRuns) {
   EXPECT_EQ(o.live_pairs, &live);
   for (int64_t n : {int64_t(0), int64_t(16 * 48), int64_t(16 * 48 + 1), int64_t(8192 * 6)}) {
     const ExpertGemmCandidate::Kind k = c.kind_for(n);
-    EXPECT_EQ(kslot(o, n), k == ExpertGemmCandidate::Wgmma) << n << " live pairs";
+    EXPECT_EQ(kslot(o, n), ExpertGemmCandidate::prefill(k)) << n << " live pairs";
   }
   o = choose_expert_gemm(48, 8192 * 6, true, false, nullptr).operand_order(&live);  // wgmma from zero pairs
   EXPECT_TRUE(kslot(o, 0));
@@ -800,7 +810,11 @@ TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   c = choose_expert_gemm(48, 6, true, true, "wgmma");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
+  c = choose_expert_gemm(48, 4096, true, true, "narrow");
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].kind, K::Narrow);
   EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, true, "fast"), "NVFP4MOE_GEMM=fast");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, false, false, "fast"), "NVFP4MOE_GEMM=fast");
   EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, true, nullptr), "got 0");
 }
 
