@@ -36,7 +36,7 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
   using C = ExpertGemmCandidate;
   const int64_t all = std::max<int64_t>(0, pairs_bound);
   ExpertGemmChoice out;
-  bool decode = has_fragment && decode_supported;
+  const bool decode = has_fragment && decode_supported;
   const bool named = forced && *forced;
   NVFP4_CHECK(!named || std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "narrow") == 0 ||
                   std::strcmp(forced, "decode") == 0,
