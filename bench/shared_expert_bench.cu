@@ -182,28 +182,25 @@ int main(int argc, char** argv) {
       const double t16 = timed(bf16), t8 = timed(fp8);
       const double g16 = graph_time_us(reps, bf16, x.get(), T, out.get(), stream.get());
       const double g8 = graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get());
-      std::string sweep;
+      // Device time of each forced choice, " / "-joined; "-" where the GEMV form cannot take T.
       using Choice = DeviceSharedExpert::Fp8Choice;
-      const Choice variants[] = {{Fp8SharedPath::Split, 0, 0}, {Fp8SharedPath::Gemv, 0, 0},
-                                 {Fp8SharedPath::Wgmma, 0, 0}, {Fp8SharedPath::Auto, 0, 1}};
-      for (const Choice& v : variants) {
-        char cell[32] = "-";
-        if (v.kernels != Fp8SharedPath::Gemv || T <= 16) {
-          for (auto& l : fp8) l->set_fp8_choice(v);
-          std::snprintf(cell, sizeof cell, "%.1f", graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get()));
+      auto forced = [&](std::initializer_list<Choice> choices) {
+        std::string cells;
+        for (const Choice& v : choices) {
+          char cell[32] = "-";
+          if (v.kernels != Fp8SharedPath::Gemv || T <= 16) {
+            for (auto& l : fp8) l->set_fp8_choice(v);
+            std::snprintf(cell, sizeof cell, "%.1f", graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get()));
+          }
+          cells += cells.empty() ? cell : std::string(" / ") + cell;
         }
-        sweep += sweep.empty() ? cell : std::string(" / ") + cell;
-      }
+        return cells;
+      };
+      const std::string sweep = forced({{Fp8SharedPath::Split, 0, 0}, {Fp8SharedPath::Gemv, 0, 0},
+                                        {Fp8SharedPath::Wgmma, 0, 0}, {Fp8SharedPath::Auto, 0, 1}});
       // The GEMV form's register stages, each forced (the launcher takes 3 where its grid fits the SMs).
-      std::string stages;
-      for (const int n : {2, 3}) {
-        char cell[32] = "-";
-        if (T <= 16) {
-          for (auto& l : fp8) l->set_fp8_choice(Choice{.kernels = Fp8SharedPath::Gemv, .gemv_stages = n});
-          std::snprintf(cell, sizeof cell, "%.1f", graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get()));
-        }
-        stages += stages.empty() ? cell : std::string(" / ") + cell;
-      }
+      const std::string stages = forced({{.kernels = Fp8SharedPath::Gemv, .gemv_stages = 2},
+                                         {.kernels = Fp8SharedPath::Gemv, .gemv_stages = 3}});
       for (auto& l : fp8) l->set_fp8_choice(Choice{});
       const double roof = std::max(weight_bytes / read_bw, 6.0 * double(T) * double(g.hidden) * double(g.inter) / peak) * 1e6;
       std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %.0f%% | %s | %s |\n", g.name,

@@ -20,9 +20,9 @@
 //          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)
 // NVFP4MOE_GEMM=decode|narrow|wgmma forces one kernel (benchmarks, A/B);
 // decode falls back to wgmma (the Split launches) where it does not support
-// the shape. The prefill
-// kernel's form (BF16 or FP8 operands) is not chosen here: it follows the
-// plan (act_fp8 set when RoutedExperts took the FP8 form at load).
+// the shape. The prefill kernel's form (BF16 or FP8 operands) is not chosen
+// here: it follows the plan (act_fp8 set when RoutedExperts took the FP8
+// form at load).
 #pragma once
 
 #include <cuda_runtime.h>
