@@ -2,7 +2,8 @@
 // copy of contiguous bytes, and a tiled copy of a box of a tensor
 // (CUtensorMap, built on the host by tensor_map.hpp), from global into shared
 // memory, each completing on an mbarrier as transaction bytes (armed with
-// mbarrier_arrive_expect_tx, sm90_mbarrier.cuh).
+// mbarrier_arrive_expect_tx, sm90_mbarrier.cuh); and the L2 cache policy a
+// copy may carry.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,23 @@ __device__ __forceinline__ void cp_async_bulk_shared_global(uint32_t dst, const 
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+}
+
+// The same copy under an L2 cache policy (l2_policy_evict_first).
+__device__ __forceinline__ void cp_async_bulk_shared_global(uint32_t dst, const void* src, uint32_t bytes,
+                                                            uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+// A cache policy under which L2 evicts a kernel's lines before any others:
+// for bytes read once.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 
 // The box of `map` at element coordinates (x, y) / (x, y, z) -> shared `dst`
