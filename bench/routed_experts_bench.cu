@@ -520,7 +520,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   f.wts.upload(routing.weights.data(), routing.weights.size());
   const GroupingArgs ga = f.grouping(T, E);
   const RoutedExperts::Plan p =
-      routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), f.y_pair.get());
+      routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), PairOutput{.rows = f.y_pair.get()});
   const CombineArgs ca = f.combine(T);
   Row w{.ep = E == 48 ? "EP8" : (E == 384 ? "EP1" : "E?"), .E = E, .T = T, .P = P, .touched = routing.touched,
         .format = format, .act = act, .config = chosen_kernel(p.gemm, P, p.fp8)};

@@ -207,7 +207,7 @@ class EpRank {
                                    .num_tiles = num_tiles_.get(),
                                    .pair_weights = area<float>(own, L_.recv_weight),
                                    .pairs_bound = F_.recv_capacity},
-                 pair_out_.get(), s);
+                 cuda::PairOutput{.rows = pair_out_.get()}, s);
   }
 
   // PUSH every computed pair to its token's rank.

@@ -101,7 +101,7 @@ class CudaMoeBackend final : public MoeBackendImpl {
                             .num_tiles = groups_.num_tiles.get(),
                             .pair_weights = weights,
                             .pairs_bound = T * k},
-                y_pair_.get(), s);
+                PairOutput{.rows = y_pair_.get()}, s);
     // 4. Shared expert, on the unquantized x.
     shared_.run(x.data, x_bf16, T, y_shared_.get(), s);
     // 5. Combine in slot order.

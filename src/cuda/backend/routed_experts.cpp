@@ -148,7 +148,7 @@ const FragmentWeights* RoutedExperts::fragments(Projection p) const {
   return f.codes ? &f : nullptr;
 }
 
-void RoutedExperts::check(const RoutedInput& in, const RoutedPairs& pairs) const {
+void RoutedExperts::check(const RoutedInput& in, const RoutedPairs& pairs, const PairOutput& y_pair) const {
   const bool nvfp4 = in.codes != nullptr;
   NVFP4_CHECK(nvfp4 != (in.x != nullptr), "routed experts: give either activation rows x or NVFP4 rows");
   NVFP4_CHECK(!nvfp4 || (in.scales && in.g && in.live_rows),
@@ -159,10 +159,11 @@ void RoutedExperts::check(const RoutedInput& in, const RoutedPairs& pairs) const
               pairs.pairs_bound, " pairs, above the capacity of ", cap_.pairs);
   NVFP4_CHECK(pairs.pair_of_pos && pairs.expert_of_pos && pairs.offsets && pairs.pair_weights && pairs.top_k >= 1,
               "routed experts: the grouping (pair_of_pos, expert_of_pos, offsets, pair_weights, top_k) is incomplete");
+  NVFP4_CHECK(y_pair.given(), "routed experts: no output for the pairs (PairOutput rows or row_of_pair)");
 }
 
-RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair) {
-  check(in, pairs);
+RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs& pairs, const PairOutput& y_pair) {
+  check(in, pairs, y_pair);
   NVFP4_CHECK(kernels_ == RoutedKernels::Fast, "routed experts: plan() is the fast kernels' (this set runs the references)");
   const int64_t local = w_.count, H = w_.hidden, I = w_.inter;
   const int32_t* live_pairs = pairs.offsets + local;
@@ -304,7 +305,7 @@ void RoutedExperts::down(const Plan& p, cudaStream_t s) const {
   run_expert_gemm(p.down, fragments(Projection::Down), p.gemm, s);
 }
 
-void RoutedExperts::run(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair, cudaStream_t s) {
+void RoutedExperts::run(const RoutedInput& in, const RoutedPairs& pairs, const PairOutput& y_pair, cudaStream_t s) {
   if (kernels_ == RoutedKernels::Reference) return run_ref(in, pairs, y_pair, s);
   const Plan p = plan(in, pairs, y_pair);
   stage(p, s);
@@ -315,8 +316,8 @@ void RoutedExperts::run(const RoutedInput& in, const RoutedPairs& pairs, float* 
 
 // The scalar references on NVFP4 rows: x staged by the reference staging
 // kernel first, h requantized by the reference requantization (logical order).
-void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, float* y_pair, cudaStream_t s) {
-  check(in, pairs);
+void RoutedExperts::run_ref(const RoutedInput& in, const RoutedPairs& pairs, const PairOutput& y_pair, cudaStream_t s) {
+  check(in, pairs, y_pair);
   const int64_t local = w_.count, H = w_.hidden, I = w_.inter;
   RoutedExpertsRefArgs a{.x_codes = in.codes,
                          .x_scales = in.scales,

@@ -103,8 +103,8 @@ class RoutedExperts {
   const std::string& prefill_mma() const { return prefill_mma_; }  // prefill_mma_name at construction
   RoutedKernels kernels() const { return kernels_; }
 
-  // y_pair[pair, H] = w_pair * o_e for every live position (every other row untouched).
-  void run(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
+  // y_pair's row of each live position's pair = w_pair * o_e (every other row untouched).
+  void run(const RoutedInput& input, const RoutedPairs& pairs, const PairOutput& y_pair, cudaStream_t stream);
 
   // The launches of one forward of the fast kernels, made on the host; run()
   // queues stage, gate_up, requantize, down. The benchmark times them one by
@@ -120,7 +120,7 @@ class RoutedExperts {
     bool fp8 = false;
     Fp8OperandArgs x_fp8, h_fp8;
   };
-  Plan plan(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair);
+  Plan plan(const RoutedInput& input, const RoutedPairs& pairs, const PairOutput& y_pair);
   void stage(const Plan& p, cudaStream_t stream) const;
   void gate_up(const Plan& p, cudaStream_t stream) const;
   void requantize(const Plan& p, cudaStream_t stream) const;
@@ -129,8 +129,8 @@ class RoutedExperts {
   const FragmentWeights* fragments(Projection p) const;
 
  private:
-  void check(const RoutedInput& input, const RoutedPairs& pairs) const;
-  void run_ref(const RoutedInput& input, const RoutedPairs& pairs, float* y_pair, cudaStream_t stream);
+  void check(const RoutedInput& input, const RoutedPairs& pairs, const PairOutput& y_pair) const;
+  void run_ref(const RoutedInput& input, const RoutedPairs& pairs, const PairOutput& y_pair, cudaStream_t stream);
   QuantizeActArgs stage_x_args(const RoutedInput& input) const;
   RequantRowsArgs requant_args(const RoutedPairs& pairs, OperandOrder order);
 

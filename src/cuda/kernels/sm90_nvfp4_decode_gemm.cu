@@ -110,7 +110,7 @@ void sm90_nvfp4_decode_gemm(const GroupedGemmPlan& p, const FragmentWeights& w, 
     NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_decode_gemm (gate/up): top_k must be positive, got ", p.top_k);
     dispatch<Projection::GateUp>(params, cfg, stream);
   } else {
-    NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_decode_gemm (down): y_pair and topk_weights are required");
+    NVFP4_CHECK(p.y_pair.given() && p.topk_weights, "sm90_nvfp4_decode_gemm (down): y_pair and topk_weights are required");
     dispatch<Projection::Down>(params, cfg, stream);
   }
 }

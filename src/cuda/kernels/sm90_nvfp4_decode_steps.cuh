@@ -208,9 +208,9 @@ __device__ __forceinline__ void reduce_and_store(const Scheduler<P, kNTiles, kMT
       const int32_t pair = plan.pair_of_pos[pos];
       const float alpha = plan.act_g[pos] * plan.w_global[u.tile.expert] * kFragEpilogue;
       const float wj = plan.topk_weights[pair];
-      float* yrow = plan.y_pair + int64_t(pair) * plan.n_valid + mt * kMmaTileRows + g;
-      yrow[0] = lo * alpha * wj;
-      yrow[8] = hi * alpha * wj;
+      const PairRow y = pair_row(plan.y_pair, pair, plan.n_valid);
+      y.store(mt * kMmaTileRows + g, lo * alpha * wj);
+      y.store(mt * kMmaTileRows + g + 8, hi * alpha * wj);
     }
   }
 }

@@ -233,6 +233,8 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
       const int col = 8 * n + 2 * tig + c;
       if (col >= tile.rows) continue;
       const ColumnMeta& cm = meta[col];
+      PairRow y{};
+      if constexpr (P == Projection::Down) y = pair_row(plan.y_pair, cm.pair, plan.n_valid);
 #pragma unroll
       for (int j = 0; j < kM64; ++j) {
         const int64_t mt = mt_wg + 4 * j + wwarp;
@@ -244,9 +246,8 @@ __device__ __forceinline__ void store_tile(const GroupedGemmPlan& plan, const Ti
           plan.h_out[int64_t(tile.begin + col) * plan.ld_h + mt * 8 + grp] =
               swiglu_limited(gate, up, plan.has_limit, plan.limit);
         } else {
-          float* y = plan.y_pair + int64_t(cm.pair) * plan.n_valid + mt * kMmaTileRows + grp;
-          y[0] = lo * (cm.g * f[j][0]) * cm.wj;
-          y[8] = hi * (cm.g * f[j][1]) * cm.wj;
+          y.store(mt * kMmaTileRows + grp, lo * (cm.g * f[j][0]) * cm.wj);
+          y.store(mt * kMmaTileRows + grp + 8, hi * (cm.g * f[j][1]) * cm.wj);
         }
       }
     }
@@ -853,7 +854,7 @@ void check_plan(const GroupedGemmPlan& p, const FragmentWeights& w) {
                 " < I=", p.n_valid);
     NVFP4_CHECK(p.top_k > 0, "sm90_nvfp4_prefill_gemm (gate/up): top_k must be positive, got ", p.top_k);
   } else {
-    NVFP4_CHECK(p.y_pair && p.topk_weights, "sm90_nvfp4_prefill_gemm (down): y_pair and topk_weights are required");
+    NVFP4_CHECK(p.y_pair.given() && p.topk_weights, "sm90_nvfp4_prefill_gemm (down): y_pair and topk_weights are required");
   }
 }
 

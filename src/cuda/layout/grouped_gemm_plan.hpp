@@ -37,6 +37,18 @@ inline int64_t max_gemm_tiles(int64_t pairs, int64_t local_experts, int tile_row
   return (pairs + tile_rows - 1) / tile_rows + local_experts;
 }
 
+// Where the down projection writes w_j * o_e of a pair: row `pair` of `rows`
+// [pairs, H] (FP32); or, with `row_of_pair` set, the row it points at for
+// that pair, FP32 or (bf16) rounded once to BF16 — an expert-parallel
+// owner writes its pairs straight into their home ranks' combine areas
+// (docs/ep.md).
+struct PairOutput {
+  float* rows = nullptr;
+  void* const* row_of_pair = nullptr;
+  bool bf16 = false;
+  bool given() const { return rows != nullptr || row_of_pair != nullptr; }
+};
+
 struct GroupedGemmPlan {
   Projection projection = Projection::GateUp;
   const uint8_t* weights = nullptr;  // [local experts] x bytes_per_expert(), tile layout
@@ -81,12 +93,28 @@ struct GroupedGemmPlan {
   int64_t ld_h = 0;
   bool has_limit = false;
   float limit = 0.0f;
-  // Down epilogue: y_pair[pair, n] = w_pair * alpha * acc, f32 [T*k, H].
-  float* y_pair = nullptr;
+  // Down epilogue: y_pair's row of `pair`, column n = w_pair * alpha * acc.
+  PairOutput y_pair;
   const float* topk_weights = nullptr;  // [T*k]
 };
 
 #ifdef __CUDACC__
+// One pair's output row (PairOutput) in the kernels' epilogues.
+struct PairRow {
+  void* at;
+  bool bf16;
+  __device__ __forceinline__ void store(int64_t n, float v) const {
+    if (bf16)
+      static_cast<__nv_bfloat16*>(at)[n] = __float2bfloat16_rn(v);
+    else
+      static_cast<float*>(at)[n] = v;
+  }
+};
+__device__ __forceinline__ PairRow pair_row(const PairOutput& o, int32_t pair, int64_t hidden) {
+  if (o.row_of_pair) return PairRow{o.row_of_pair[pair], o.bf16};
+  return PairRow{o.rows + int64_t(pair) * hidden, false};
+}
+
 // Whether a kernel launched with `plan` should do its work (see live_pairs).
 __device__ __forceinline__ bool plan_selected(const GroupedGemmPlan& plan) {
   if (plan.live_pairs == nullptr) return true;

@@ -430,7 +430,7 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   l2.act_rows = int64_t(hop_pos.size()) / p.I;
   l2.act_g = dgh.get();
   l2.h_out = nullptr;
-  l2.y_pair = y.get();
+  l2.y_pair.rows = y.get();
   l2.topk_weights = dwts.get();
   prepare_expert_gemm(p.E);
   if (!kut.expect_written) {  // a device-side choice that rules this kernel out, whatever the count
@@ -439,32 +439,30 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       pl->pairs_above = std::numeric_limits<int32_t>::max() - 1;
     }
   }
-  switch (kut.which) {
-    case KernelUnderTest::Simple:
-      grouped_gemm_ref(l1, nullptr);
-      grouped_gemm_ref(l2, nullptr);
-      break;
-    case KernelUnderTest::Mma:
-      sm90_nvfp4_decode_gemm(l1, m1, cfg, nullptr);
-      sm90_nvfp4_decode_gemm(l2, m2, cfg, nullptr);
-      break;
-    case KernelUnderTest::Wgmma:
-      sm90_nvfp4_prefill_gemm(l1, m1, Sm90PrefillGemmConfig{kut.block_n, 0}, nullptr);
-      sm90_nvfp4_prefill_gemm(l2, m2, Sm90PrefillGemmConfig{kut.block_n, 0}, nullptr);
-      break;
-    case KernelUnderTest::Chosen:
-      run_expert_gemm(l1, has_fragment ? &m1 : nullptr, choice, nullptr);
-      run_expert_gemm(l2, has_fragment ? &m2 : nullptr, choice, nullptr);
-      break;
-    case KernelUnderTest::WgmmaSplit:
-      sm90_nvfp4_prefill_gemm_split(l1, m1, nullptr);
-      sm90_nvfp4_prefill_gemm_split(l2, m2, nullptr);
-      break;
-    case KernelUnderTest::SplitOne:
-      sm90_nvfp4_prefill_gemm(l1, m1, Sm90PrefillGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
-      sm90_nvfp4_prefill_gemm(l2, m2, Sm90PrefillGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
-      break;
-  }
+  auto run = [&](const GroupedGemmPlan& pl, const FragmentWeights& m) {
+    switch (kut.which) {
+      case KernelUnderTest::Simple:
+        grouped_gemm_ref(pl, nullptr);
+        break;
+      case KernelUnderTest::Mma:
+        sm90_nvfp4_decode_gemm(pl, m, cfg, nullptr);
+        break;
+      case KernelUnderTest::Wgmma:
+        sm90_nvfp4_prefill_gemm(pl, m, Sm90PrefillGemmConfig{kut.block_n, 0}, nullptr);
+        break;
+      case KernelUnderTest::Chosen:
+        run_expert_gemm(pl, has_fragment ? &m : nullptr, choice, nullptr);
+        break;
+      case KernelUnderTest::WgmmaSplit:
+        sm90_nvfp4_prefill_gemm_split(pl, m, nullptr);
+        break;
+      case KernelUnderTest::SplitOne:
+        sm90_nvfp4_prefill_gemm(pl, m, Sm90PrefillGemmConfig{kut.block_n, 0, TokenBlocks::Split}, nullptr);
+        break;
+    }
+  };
+  run(l1, m1);
+  run(l2, m2);
   NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
 
   // h is by position: gather it by pair for the comparison.
@@ -521,6 +519,33 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
       EXPECT_TRUE(std::isnan(yy[size_t(pair * p.H)])) << "y row of empty slot " << pair;
     }
   }
+  // The same down GEMM writing each pair's row where a table points, in
+  // BF16 (an expert-parallel owner's combine rows on the tokens' ranks): pair
+  // p's row at row P - 1 - p of another buffer, each value the FP32 result
+  // rounded once; the rows of empty slots untouched.
+  DeviceBuffer<uint16_t> y16(size_t(P * p.H));
+  NVFP4_CUDA_CHECK(cudaMemset(y16.get(), 0xFF, y16.bytes()));
+  std::vector<void*> rows(static_cast<size_t>(P));
+  for (int64_t pair = 0; pair < P; ++pair) rows[size_t(pair)] = y16.get() + (P - 1 - pair) * p.H;
+  auto d_rows = to_device(rows);
+  GroupedGemmPlan l2_rows = l2;
+  l2_rows.y_pair = PairOutput{.row_of_pair = d_rows.get(), .bf16 = true};
+  run(l2_rows, m2);
+  std::vector<uint16_t> got16(size_t(P * p.H));
+  y16.download(got16.data(), got16.size());
+  NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+  int64_t mismatches = 0;
+  for (int64_t pair = 0; pair < P; ++pair)
+    for (int64_t n = 0; n < p.H; ++n) {
+      const uint16_t got = got16[size_t((P - 1 - pair) * p.H + n)];
+      const float y32 = yy[size_t(pair * p.H + n)];
+      const uint16_t want = p.ids[size_t(pair)] < 0 ? uint16_t(0xFFFF) : bf16_from_float(y32).bits;
+      const bool both_nan = p.ids[size_t(pair)] >= 0 && std::isnan(y32) && std::isnan(bf16_to_float(Bf16{got}));
+      if (got != want && !both_nan && mismatches++ < 3)
+        ADD_FAILURE() << "BF16 row of pair " << pair << " column " << n << ": 0x" << std::hex << got << ", expected 0x"
+                      << want << std::dec;
+    }
+  EXPECT_EQ(mismatches, 0) << "pair rows through row_of_pair (BF16)";
 }
 
 class Sm90DecodeGemm : public ::testing::TestWithParam<int64_t> {};
@@ -855,7 +880,7 @@ TEST(Sm90PrefillGemmChecks, RejectsBadPlansNamingTheValue) {
   good.act_g = good.w_global = good.topk_weights = any_f;
   good.pair_of_pos = good.offsets = any_i;
   good.local_experts = 3;
-  good.y_pair = reinterpret_cast<float*>(bytes);
+  good.y_pair.rows = reinterpret_cast<float*>(bytes);
   const FragmentWeights w{bytes, bytes, FragmentGeometry{4, 2}};  // 64 rows, K = 128
   const Sm90PrefillGemmConfig cfg{128, 0};
   GroupedGemmPlan p = good;
@@ -875,7 +900,7 @@ TEST(Sm90PrefillGemmChecks, RejectsBadPlansNamingTheValue) {
   p.act = reinterpret_cast<const __nv_bfloat16*>(bytes + 4);
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w, cfg, nullptr), "16-byte aligned");
   p = good;
-  p.y_pair = nullptr;
+  p.y_pair = PairOutput{};
   EXPECT_ERROR_CONTAINS(sm90_nvfp4_prefill_gemm(p, w, cfg, nullptr), "y_pair");
   p = good;
   p.act_rows = 0;

@@ -68,7 +68,7 @@ __device__ __forceinline__ void store_tile_ref(const GroupedGemmPlan& plan, cons
             if (col >= tile.rows) continue;
             const int32_t pair = pos_pair[col];
             const float o = acc[mi][ni][half * 2 + cc] * (pos_g[col] * gw);
-            plan.y_pair[int64_t(pair) * plan.n_valid + n] = o * plan.topk_weights[pair];
+            pair_row(plan.y_pair, pair, plan.n_valid).store(n, o * plan.topk_weights[pair]);
           }
       }
   }
@@ -188,7 +188,7 @@ void grouped_gemm_ref(const GroupedGemmPlan& p, cudaStream_t stream) {
                 " < I=", p.n_valid);
     grouped_gemm_ref_kernel<Projection::GateUp><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    NVFP4_CHECK(p.y_pair && p.topk_weights, "grouped gemm (down): y_pair and topk_weights are required");
+    NVFP4_CHECK(p.y_pair.given() && p.topk_weights, "grouped gemm (down): y_pair and topk_weights are required");
     grouped_gemm_ref_kernel<Projection::Down><<<grid, kThreads, 0, stream>>>(p);
   }
   NVFP4_CUDA_CHECK_LAUNCH("grouped_gemm_ref_kernel");

@@ -59,7 +59,7 @@ __global__ void routed_gate_up_ref_kernel(RoutedExpertsRefArgs a, float* h) {
 
 // grid (positions_max, ceil(H / kThreads)); dynamic smem: I floats.
 __global__ void routed_down_ref_kernel(RoutedExpertsRefArgs a, const __nv_bfloat16* h_deq, int64_t ld,
-                                       const float* h_g, float* y_pair) {
+                                       const float* h_g, PairOutput y_pair) {
   extern __shared__ float row[];
   const int32_t pos = blockIdx.x;
   if (pos >= *a.live_positions) return;
@@ -73,7 +73,7 @@ __global__ void routed_down_ref_kernel(RoutedExpertsRefArgs a, const __nv_bfloat
   const float o = dot_weight_row(row, a.w2_codes + wrow * (I / 2), a.w2_scales + wrow * (a.mxfp4 ? I / 32 : I / 16), I,
                                  a.mxfp4) *
                   (h_g[pos] * a.w2_global[e]);
-  y_pair[int64_t(pair) * H + n] = a.pair_weights[pair] * o;
+  pair_row(y_pair, pair, H).store(n, a.pair_weights[pair] * o);
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ void routed_gate_up_ref(const RoutedExpertsRefArgs& a, float* h, cudaStream_t st
 }
 
 void routed_down_ref(const RoutedExpertsRefArgs& a, const __nv_bfloat16* h_deq, int64_t ld, const float* h_g,
-                     float* y_pair, cudaStream_t stream) {
+                     const PairOutput& y_pair, cudaStream_t stream) {
   if (a.positions_max <= 0) return;
   const dim3 grid(unsigned(a.positions_max), unsigned(ceil_div(a.hidden, kThreads)));
   routed_down_ref_kernel<<<grid, kThreads, size_t(a.inter) * 4, stream>>>(a, h_deq, ld, h_g, y_pair);

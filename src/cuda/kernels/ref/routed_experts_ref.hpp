@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "cuda/layout/grouped_gemm_plan.hpp"
+
 namespace nvfp4moe::cuda {
 
 struct RoutedExpertsRefArgs {
@@ -48,8 +50,8 @@ void routed_experts_ref_prepare(int64_t hidden, int64_t inter);
 // h [positions_max, I] f32.
 void routed_gate_up_ref(const RoutedExpertsRefArgs& a, float* h, cudaStream_t stream);
 // h_deq [positions_max, ld] the BF16 operand of QDQ(h) in logical order, h_g [positions_max] its g;
-// y_pair [pairs, H] f32.
+// y_pair: each pair's row of H values (PairOutput).
 void routed_down_ref(const RoutedExpertsRefArgs& a, const __nv_bfloat16* h_deq, int64_t ld, const float* h_g,
-                     float* y_pair, cudaStream_t stream);
+                     const PairOutput& y_pair, cudaStream_t stream);
 
 }  // namespace nvfp4moe::cuda
