@@ -222,11 +222,11 @@ def ep_runs(path):
                 continue
             if len(cells) == 4:  # T, us/forward, tokens/s, symm MB
                 runs[-1]["us"][int(cells[0])] = float(cells[1])
-            elif len(cells) == 13:  # T, total, 7 phases, shared, dispatch MB, combine MB, GB/s
+            elif len(cells) == 12:  # T, total, 6 phases, shared, dispatch MB, combine MB, GB/s
                 v = [float(c) for c in cells]
                 runs[-1]["phases"][int(cells[0])] = {
-                    "total": v[1], "phases": v[2:9], "shared": v[9], "dispatch_mb": v[10], "combine_mb": v[11],
-                    "gbps": v[12]}
+                    "total": v[1], "phases": v[2:8], "shared": v[8], "dispatch_mb": v[9], "combine_mb": v[10],
+                    "gbps": v[11]}
     return runs
 
 
@@ -242,10 +242,10 @@ def ep_table(path, routed_path):
         out.append(f"`bench --ep {run['ranks']}`, {run['model']}, {run['experts']} experts ({run['per_rank']} a "
                    f"rank), {run['shared']} shared expert, {run['combine']} combine, {run['mode']}:")
         out.append("")
-        out.append("| T a rank | layer us | eager forward us | stage | barrier | dispatch | experts | push | barrier "
+        out.append("| T a rank | layer us | eager forward us | stage | barrier | dispatch | experts (+ push) | barrier "
                    "| combine | shared expert (side) | NVLink MB dispatch / combine | NVLink GB/s a rank "
                    "| single-GPU routed path us | DeepGEMM MegaMoE us | layer / DeepGEMM |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for T in sorted(set(run["us"]) | set(run["phases"])):
             us = run["us"].get(T)
             ph = run["phases"].get(T)
@@ -255,7 +255,7 @@ def ep_table(path, routed_path):
                     fmt(ph["shared"]), f"{ph['dispatch_mb']:.2f} / {ph['combine_mb']:.2f}",
                     fmt(ph["gbps"]) if run["ranks"] > 1 else "-"]
             else:
-                cells += ["-"] * 11
+                cells += ["-"] * 10
             dg = DEEPGEMM_MEGAMOE_US.get(T) if megamoe else None
             cells += [fmt(single.get(T)), fmt(dg), ratio(us, dg)]
             out.append("| " + " | ".join(cells) + " |")
@@ -265,7 +265,7 @@ def ep_table(path, routed_path):
                "per phase the median over the forwards and then the max over ranks; the phases run one after "
                "another, the shared expert beside them on a side stream. NVLink: the bytes all ranks move "
                "between GPUs in one forward (`ep_home_traffic`), and a rank's share of them over its dispatch + "
-               "push time. DeepGEMM: its published SM90 FP8 MegaMoE on 8 x H200 (DeepSeek-V4-Pro, "
+               "experts time (the down GEMM pushes the results). DeepGEMM: its published SM90 FP8 MegaMoE on 8 x H200 (DeepSeek-V4-Pro, "
                "communication included; deepseek-ai/DeepGEMM pull request 383), shown where a rank holds 48 "
                "experts of that geometry.")
     return out

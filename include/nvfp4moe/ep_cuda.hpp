@@ -53,8 +53,8 @@ struct EpPhaseTimes {
   float stage = 0.0f;          // the router when asked, activation staging, routing into the send area
   float barrier_in = 0.0f;     // LSA barrier: every rank staged
   float dispatch = 0.0f;       // count, placement and gather of the owned pairs (pull)
-  float experts = 0.0f;        // the local experts' GEMMs on the received rows
-  float push = 0.0f;           // each result into its token's rank's combine area
+  float experts = 0.0f;        // the local experts' GEMMs on the received rows; the down GEMM
+                               // writes each result into its token's rank's combine area (push)
   float barrier_out = 0.0f;    // LSA barrier: every result arrived
   float combine = 0.0f;        // the shared expert joined, own tokens summed
   float total = 0.0f;          // first event to last
@@ -62,10 +62,9 @@ struct EpPhaseTimes {
 };
 // The main-stream phases of EpPhaseTimes in the order a forward runs them.
 using EpPhaseField = float EpPhaseTimes::*;
-inline constexpr EpPhaseField kEpPhases[] = {&EpPhaseTimes::stage,   &EpPhaseTimes::barrier_in,
-                                             &EpPhaseTimes::dispatch, &EpPhaseTimes::experts,
-                                             &EpPhaseTimes::push,     &EpPhaseTimes::barrier_out,
-                                             &EpPhaseTimes::combine};
+inline constexpr EpPhaseField kEpPhases[] = {&EpPhaseTimes::stage,       &EpPhaseTimes::barrier_in,
+                                             &EpPhaseTimes::dispatch,    &EpPhaseTimes::experts,
+                                             &EpPhaseTimes::barrier_out, &EpPhaseTimes::combine};
 
 // Tokens of rank r in a batch of `tokens` split over `ranks` in contiguous chunks.
 int64_t ep_token_begin(int64_t tokens, int ranks, int rank);

@@ -266,15 +266,16 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
       const EpBreakdown d = ep_breakdown(
           moe, comm, b, ForwardOptions{.stream = stream.get(), .max_tokens_any_rank = o.unbounded ? 0 : T}, geometry,
           me, T, o.breakdown_forwards);
-      // NVLink rate: a rank's share of the bytes over its dispatch and push phases.
+      // NVLink rate: a rank's share of the bytes over its dispatch and experts
+      // phases (the down GEMM pushes the results as it computes them).
       const EpPhaseTimes& t = d.ms;
       const double moved = double(d.traffic.dispatch_bytes + d.traffic.combine_bytes);
-      const double link_ms = double(t.dispatch) + double(t.push);
+      const double link_ms = double(t.dispatch) + double(t.experts);
       char row[320];
       std::snprintf(row, sizeof row,
-                    "%8lld %8.1f | %7.1f %7.1f %8.1f %8.1f %7.1f %7.1f %7.1f | %7.1f | %9.2f %8.2f %9.1f\n",
+                    "%8lld %8.1f | %7.1f %7.1f %8.1f %8.1f %7.1f %7.1f | %7.1f | %9.2f %8.2f %9.1f\n",
                     (long long)T, 1e3 * t.total, 1e3 * t.stage, 1e3 * t.barrier_in, 1e3 * t.dispatch, 1e3 * t.experts,
-                    1e3 * t.push, 1e3 * t.barrier_out, 1e3 * t.combine, 1e3 * t.shared_expert,
+                    1e3 * t.barrier_out, 1e3 * t.combine, 1e3 * t.shared_expert,
                     double(d.traffic.dispatch_bytes) / 1e6, double(d.traffic.combine_bytes) / 1e6,
                     link_ms > 0.0 && R > 1 ? moved / R / (link_ms * 1e-3) / 1e9 : 0.0);
       breakdown += row;
@@ -284,9 +285,9 @@ int bench_rank(const ep::RankEnv& env, const Args& args) {
     std::printf("\nwhere an eager forward's time goes, us: each phase the median of %d forwards (events between the "
                 "phases, each forward waited for), the max over ranks; the shared expert runs on a side stream beside "
                 "stage .. barrier; NVLink: the MB all ranks move between GPUs a forward, and a rank's share over its "
-                "dispatch + push time\n"
-                "%8s %8s | %7s %7s %8s %8s %7s %7s %7s | %7s | %9s %8s %9s\n",
-                o.breakdown_forwards, "T/rank", "total", "stage", "barrier", "dispatch", "experts", "push", "barrier",
+                "dispatch + experts time (the down GEMM pushes the results)\n"
+                "%8s %8s | %7s %7s %8s %8s %7s %7s | %7s | %9s %8s %9s\n",
+                o.breakdown_forwards, "T/rank", "total", "stage", "barrier", "dispatch", "experts", "barrier",
                 "combine", "shared", "disp. MB", "comb. MB", "GB/s");
     std::fputs(breakdown.c_str(), stdout);
   }

@@ -102,7 +102,6 @@ void EpCudaEmulation::forward(const TensorView& x, const RoutingArgs& routing, c
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->stage(m.peers(), m.own(r), io[r], s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->dispatch(m.peers(), s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->compute(m.own(r), s);
-  for (int r = 0; r < m.ranks; ++r) m.rank[r]->push(m.peers(), s);
   for (int r = 0; r < m.ranks; ++r) m.rank[r]->combine(m.peers(), io[r], s);
   if (m.options.checked) sync_errors();
 }

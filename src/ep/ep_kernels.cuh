@@ -13,9 +13,11 @@
 //               last count block then places: prefix over local experts,
 //               capacity check, the expert GEMMs' tile list
 //   gather      PULL: copy each pair's token (codes, scales, g) into the
-//               receive area, grouped by LOCAL expert
-//   (local expert compute writes w_j * o_e per receive row, FP32)
-//   push        PUSH: each receive row to its token's rank's combine area
+//               receive area, grouped by LOCAL expert; note where its result
+//               goes (its row in the token's rank's combine area) and set
+//               that row's flag there
+//   experts     the local experts; the down GEMM's epilogue PUSHES w_j * o_e
+//               of each receive row straight into that combine row
 //   B
 //   combine     own tokens: sum of slots in slot order (+ shared expert)
 #pragma once
@@ -193,9 +195,12 @@ __device__ __forceinline__ void copy_to_rows(const T* src, int64_t n, T* dst, in
 // each booked row; a token with no slot here is not read at all (at R = 8
 // and k = 6 that is ~45 % of a peer's tokens, each H/2 + H/16 bytes over
 // NVLink). The row within an expert's range depends on arrival order; the
-// values computed for it do not.
+// values computed for it do not. out_rows[row] gets the address of the
+// pair's combine row on the token's rank, where the down GEMM writes its
+// result, and that row's flag is set now: the combine reads it only after
+// the second barrier, which follows the GEMM.
 template <typename Peers>
-__global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t rank) {
+__global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t rank, void** out_rows) {
   const int32_t src = blockIdx.y;
   const int32_t t = blockIdx.x;
   char* own = peers.segment(rank);
@@ -220,6 +225,9 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
         area<int32_t>(own, L.recv_expert)[row] = e;
         area<float>(own, L.recv_weight)[row] = area<float>(peer, L.send_weights)[combine_row(t, j, L.top_k)];
         area<float>(own, L.recv_g)[row] = area<float>(peer, L.send_g)[t];
+        const int64_t crow = combine_row(t, j, L.top_k);
+        out_rows[row] = peer + L.combine_rows + uint64_t(crow) * uint64_t(L.hidden) * uint64_t(L.combine_bytes);
+        area<int32_t>(peer, L.combine_flags)[crow] = 1;
       }
     }
     row_of_slot[j] = row;
@@ -237,57 +245,6 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
 }
 
 // ---- combine ---------------------------------------------------------------------------
-
-// grid (recv_capacity): receive row p's result (w_j * o_e, FP32, from the
-// expert compute) goes to its token's rank's combine area — as FP32, or
-// rounded to BF16 when the layout says so — then its flag. H is a multiple
-// of 16 (whole NVFP4 blocks): H / 4 float4 in, H / 4 float4 or H / 8 uint4 out.
-template <typename Peers>
-__global__ void ep_combine_push_kernel(Peers peers, SegmentLayout L, int32_t rank, const float* pair_out) {
-  const int32_t p = blockIdx.x;
-  char* own = peers.segment(rank);
-  if (p >= *area<int32_t>(own, L.recv_total)) return;
-  const int32_t src = area<int32_t>(own, L.recv_src_rank)[p];
-  const int64_t crow = combine_row(area<int32_t>(own, L.recv_token)[p], area<int32_t>(own, L.recv_slot)[p], L.top_k);
-  char* home = peers.segment(src);
-  const float4* from = reinterpret_cast<const float4*>(pair_out + int64_t(p) * L.hidden);
-  const bool bf16 = L.combine_bytes != 4;
-  const int64_t n = bf16 ? L.hidden / 8 : L.hidden / 4;  // 16-byte stores of the row
-  float4* to_f32 = reinterpret_cast<float4*>(area<float>(home, L.combine_rows) + crow * L.hidden);
-  uint4* to_bf16 = reinterpret_cast<uint4*>(area<__nv_bfloat16>(home, L.combine_rows) + crow * L.hidden);
-  for (int64_t v0 = threadIdx.x; v0 < n; v0 += int64_t(kCopyBatch) * blockDim.x) {
-    float4 a[kCopyBatch], b[kCopyBatch];
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int64_t v = v0 + int64_t(i) * blockDim.x;
-      if (v >= n) continue;
-      if (bf16) {  // 8 floats -> 8 BF16 = one 16-byte store
-        a[i] = from[2 * v];
-        b[i] = from[2 * v + 1];
-      } else {
-        a[i] = from[v];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int64_t v = v0 + int64_t(i) * blockDim.x;
-      if (v >= n) continue;
-      if (bf16) {
-        const __nv_bfloat162 h0 = __floats2bfloat162_rn(a[i].x, a[i].y), h1 = __floats2bfloat162_rn(a[i].z, a[i].w),
-                             h2 = __floats2bfloat162_rn(b[i].x, b[i].y), h3 = __floats2bfloat162_rn(b[i].z, b[i].w);
-        uint4 out;
-        out.x = *reinterpret_cast<const uint32_t*>(&h0);
-        out.y = *reinterpret_cast<const uint32_t*>(&h1);
-        out.z = *reinterpret_cast<const uint32_t*>(&h2);
-        out.w = *reinterpret_cast<const uint32_t*>(&h3);
-        to_bf16[v] = out;
-      } else {
-        to_f32[v] = a[i];
-      }
-    }
-  }
-  if (threadIdx.x == 0) area<int32_t>(home, L.combine_flags)[crow] = 1;
-}
 
 // Four consecutive values of combine row `row` (FP32 or BF16 as the layout says).
 __device__ __forceinline__ float4 combine_row4(const char* own, const SegmentLayout& L, int64_t row, int64_t c4) {

@@ -76,7 +76,7 @@ inline SegmentLayout ep_layout(const MoeConfig& c, int ranks, const EpCudaOption
 // Timing events of one forward (NcclEpMoe::set_phase_timing): one on the
 // main stream at each phase boundary, two on the shared expert's branch.
 struct EpPhaseEvents {
-  static constexpr int kMarks = 8;  // before stage, after each of the 7 phases
+  static constexpr int kMarks = 7;  // before stage, after each of the 6 phases
   cuda::CudaEvent mark[kMarks], shared_begin, shared_end;
   bool recorded = false;  // a forward recorded them since timing was turned on
   bool shared = false;    // ... and its shared expert's
@@ -100,7 +100,7 @@ class EpRank {
         identity_(size_t(layout.recv_capacity)),
         tiles_(size_t(cuda::max_gemm_tiles(layout.recv_capacity, layout.local_experts, cuda::kGemmTileTokens))),
         num_tiles_(1),
-        pair_out_(size_t(layout.recv_capacity) * layout.hidden),
+        out_rows_(size_t(layout.recv_capacity)),
         shared_out_(shared_.present() ? size_t(layout.max_tokens) * layout.hidden : 0),
         shared_branch_(shared_.present() ? std::make_unique<cuda::StreamBranch>() : nullptr) {
     NVFP4_CHECK(slice.experts.count == layout.local_experts &&
@@ -178,8 +178,8 @@ class EpRank {
                                        cudaMemcpyDeviceToDevice, s));
   }
 
-  // PULL the pairs this rank owns from every peer's send area; place them
-  // and write the local experts' work list.
+  // PULL the pairs this rank owns from every peer's send area; place them,
+  // write the local experts' work list and where each result goes.
   template <typename Peers>
   void dispatch(Peers peers, cudaStream_t s) {
     const unsigned chunks = unsigned(std::clamp<int64_t>(cuda::ceil_div(int64_t(F_.max_tokens) * F_.top_k, 256), 1, 256));
@@ -187,11 +187,14 @@ class EpRank {
     ep_dispatch_count_kernel<<<dim3(chunks, F_.ranks), 256, 0, s>>>(peers, F_, rank_,
                                                                     EpTileSink{tiles_.get(), num_tiles_.get()});
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_count_kernel");
-    ep_dispatch_gather_kernel<<<dim3(F_.max_tokens, F_.ranks), 128, 0, s>>>(peers, F_, rank_);
+    ep_dispatch_gather_kernel<<<dim3(F_.max_tokens, F_.ranks), 128, 0, s>>>(peers, F_, rank_, out_rows_.get());
     NVFP4_CUDA_CHECK_LAUNCH("ep_dispatch_gather_kernel");
   }
 
-  // The local experts on the receive area (LOCAL ids): w_j * o_e per row.
+  // The local experts on the receive area (LOCAL ids); the down GEMM writes
+  // w_j * o_e of each row into its token's rank's combine area (PUSH, over
+  // NVLink for a peer's token) as its tiles finish, while other tiles
+  // still compute.
   void compute(char* own, cudaStream_t s) {
     const int32_t* total = area<int32_t>(own, L_.recv_total);
     experts_.run(cuda::RoutedInput{.codes = area<uint8_t>(own, L_.recv_codes),
@@ -207,14 +210,7 @@ class EpRank {
                                    .num_tiles = num_tiles_.get(),
                                    .pair_weights = area<float>(own, L_.recv_weight),
                                    .pairs_bound = F_.recv_capacity},
-                 cuda::PairOutput{.rows = pair_out_.get()}, s);
-  }
-
-  // PUSH every computed pair to its token's rank.
-  template <typename Peers>
-  void push(Peers peers, cudaStream_t s) {
-    ep_combine_push_kernel<<<F_.recv_capacity, 128, 0, s>>>(peers, F_, rank_, pair_out_.get());
-    NVFP4_CUDA_CHECK_LAUNCH("ep_combine_push_kernel");
+                 cuda::PairOutput{.row_of_pair = out_rows_.get(), .bf16 = F_.combine_bytes == 2}, s);
   }
 
   // Own tokens: slots in slot order + shared expert -> y.
@@ -242,7 +238,7 @@ class EpRank {
   cuda::DeviceBuffer<int32_t> identity_;       // [capacity] row -> row
   cuda::DeviceBuffer<cuda::GemmTile> tiles_;   // the expert GEMMs' work list, written by the dispatch
   cuda::DeviceBuffer<int32_t> num_tiles_;      // [1]
-  cuda::DeviceBuffer<float> pair_out_;         // [capacity, H] w_j * o_e
+  cuda::DeviceBuffer<void*> out_rows_;         // [capacity] receive row -> its combine row (a peer's segment)
   cuda::DeviceBuffer<float> shared_out_;       // [max_tokens, H]
   std::unique_ptr<cuda::StreamBranch> shared_branch_;  // the shared expert's side stream
 };

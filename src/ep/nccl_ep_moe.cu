@@ -2,7 +2,7 @@
 // device API. Peers' segments are reached through LSA pointers of one
 // symmetric window (SymmBuffer); phases are separated by LSA barriers:
 //
-//   stage -> [LSA barrier] -> dispatch (pull) -> experts -> push -> [LSA barrier] -> combine
+//   stage -> [LSA barrier] -> dispatch (pull) -> experts (push) -> [LSA barrier] -> combine
 //
 // Two barriers a forward suffice: a rank touches a peer's segment only
 // between them (reads its send area, writes its combine area), and a rank
@@ -140,8 +140,6 @@ void NcclEpMoe::forward(const TensorView& x, const RoutingArgs& routing, const F
   m.me->dispatch(m.peers(), s);
   mark();
   m.me->compute(m.symm->local(), s);
-  mark();
-  m.me->push(m.peers(), s);
   mark();
   m.barrier(s);
   mark();

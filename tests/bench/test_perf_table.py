@@ -128,9 +128,9 @@ class PerfTable(unittest.TestCase):
             "     512       1500.0        2730667        800.0\n"
             "\n"
             "where an eager forward's time goes, us: ...\n"
-            "  T/rank    total |   stage barrier dispatch  experts    push barrier combine |  shared | disp. MB "
+            "  T/rank    total |   stage barrier dispatch  experts barrier combine |  shared | disp. MB "
             "comb. MB      GB/s\n"
-            "       8    520.0 |    20.0    10.0     30.0    400.0    20.0    10.0    30.0 |    40.0 |      1.03 "
+            "       8    520.0 |    20.0    10.0     30.0    420.0    10.0    30.0 |    40.0 |      1.03 "
             "    9.66     336.7\n"
             "\n"
             "expert parallel over 2 GPUs (NCCL symmetric memory, LSA barriers), dsv4-pro: H=7168 I=3072 E=384 "
@@ -144,8 +144,8 @@ class PerfTable(unittest.TestCase):
                       "eager launches:", text)
         rows = table_rows(text, "8")
         self.assertEqual(len(rows), 1)
-        # T, layer, eager total, 7 phases, shared, NVLink MB, GB/s, single GPU, DeepGEMM, ratio
-        self.assertEqual(rows[0], ["8", "500.0", "520.0", "20.0", "10.0", "30.0", "400.0", "20.0", "10.0", "30.0",
+        # T, layer, eager total, 6 phases, shared, NVLink MB, GB/s, single GPU, DeepGEMM, ratio
+        self.assertEqual(rows[0], ["8", "500.0", "520.0", "20.0", "10.0", "30.0", "420.0", "10.0", "30.0",
                                    "40.0", "1.03 / 9.66", "336.7", "320.0", "637.0", "0.78x"])
         row512 = table_rows(text, "512")[0]
         self.assertEqual(row512[1:3], ["1500.0", "-"], "no breakdown row: dashes")
