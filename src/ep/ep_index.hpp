@@ -171,6 +171,13 @@ NVFP4_HD T* area(char* segment, uint64_t offset) {
   return reinterpret_cast<T*>(segment + offset);
 }
 
+// Byte offset in a segment of combine row `row` (combine_row): FP32 or BF16
+// values, as the layout says. The owner's down GEMM writes the row there in
+// the token's rank's segment; that rank's combine reads it.
+NVFP4_HD uint64_t combine_row_offset(const SegmentLayout& L, int64_t row) {
+  return L.combine_rows + uint64_t(row) * uint64_t(L.hidden) * uint64_t(L.combine_bytes);
+}
+
 // ---- capacity ------------------------------------------------------------------------
 
 // Receive row of the n-th pair (0-based, in arrival order) of local expert e

@@ -226,7 +226,7 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
         area<float>(own, L.recv_weight)[row] = area<float>(peer, L.send_weights)[combine_row(t, j, L.top_k)];
         area<float>(own, L.recv_g)[row] = area<float>(peer, L.send_g)[t];
         const int64_t crow = combine_row(t, j, L.top_k);
-        out_rows[row] = peer + L.combine_rows + uint64_t(crow) * uint64_t(L.hidden) * uint64_t(L.combine_bytes);
+        out_rows[row] = peer + combine_row_offset(L, crow);
         area<int32_t>(peer, L.combine_flags)[crow] = 1;
       }
     }
@@ -248,13 +248,13 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
 
 // Four consecutive values of combine row `row` (FP32 or BF16 as the layout says).
 __device__ __forceinline__ float4 combine_row4(const char* own, const SegmentLayout& L, int64_t row, int64_t c4) {
+  const char* at = own + combine_row_offset(L, row);
   if (L.combine_bytes == 2) {
-    const uint2 u = reinterpret_cast<const uint2*>(area<__nv_bfloat16>(const_cast<char*>(own), L.combine_rows) +
-                                                   row * L.hidden)[c4];
+    const uint2 u = reinterpret_cast<const uint2*>(at)[c4];
     return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                        __uint_as_float(u.y & 0xffff0000u));
   }
-  return reinterpret_cast<const float4*>(area<float>(const_cast<char*>(own), L.combine_rows) + row * L.hidden)[c4];
+  return reinterpret_cast<const float4*>(at)[c4];
 }
 
 // grid (tokens, column splits): y_t = sum over slots in slot order of the

@@ -85,6 +85,13 @@ TEST(EpIndex, SegmentLayoutAreasAreAlignedDisjointAndLargeEnough) {
   EXPECT_EQ(B.combine_bytes, 2);
   EXPECT_EQ(B.combine_flags - B.combine_rows, t * kk * h * 2);
   EXPECT_EQ(L.bytes - B.bytes, t * kk * h * 2);
+  // Combine row r at r rows of H values past the area's start; the last row
+  // ends where the flags begin.
+  EXPECT_EQ(combine_row_offset(L, 0), L.combine_rows);
+  EXPECT_EQ(combine_row_offset(L, combine_row(3, 5, k)), L.combine_rows + 23 * h * 4);
+  EXPECT_EQ(combine_row_offset(B, 23), B.combine_rows + 23 * h * 2);
+  EXPECT_LE(combine_row_offset(L, int64_t(t * kk) - 1) + h * 4, L.combine_flags);
+  EXPECT_LE(combine_row_offset(B, int64_t(t * kk) - 1) + h * 2, B.combine_flags);
 }
 
 // A forward's view of a layout (the token bound): the same areas and size,
