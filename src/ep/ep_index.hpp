@@ -87,9 +87,6 @@ struct SegmentLayout {
   uint64_t recv_codes = 0;       // u8 [capacity, H/2]
   uint64_t recv_scales = 0;      // u8 [capacity, H/16]
   uint64_t recv_g = 0;           // f32 [capacity]
-  uint64_t recv_src_rank = 0;    // i32 [capacity]
-  uint64_t recv_token = 0;       // i32 [capacity]: token index on its rank
-  uint64_t recv_slot = 0;        // i32 [capacity]
   uint64_t recv_expert = 0;      // i32 [capacity]: LOCAL expert id
   uint64_t recv_weight = 0;      // f32 [capacity]: routing weight w_j
   uint64_t expert_count = 0;     // i32 [local_experts]: pairs per local expert (unclipped)
@@ -136,9 +133,6 @@ inline SegmentLayout make_segment_layout(int32_t hidden, int32_t top_k, int32_t 
   take(s.recv_codes, C * H / 2);
   take(s.recv_scales, C * H / 16);
   take(s.recv_g, C * 4);
-  take(s.recv_src_rank, C * 4);
-  take(s.recv_token, C * 4);
-  take(s.recv_slot, C * 4);
   take(s.recv_expert, C * 4);
   take(s.recv_weight, C * 4);
   take(s.expert_count, L * 4);

@@ -210,7 +210,8 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
   __shared__ int32_t row_of_slot[kMaxTopK];
   if (threadIdx.x < L.top_k) {
     const int32_t j = threadIdx.x;
-    const int32_t id = area<int32_t>(peer, L.send_ids)[combine_row(t, j, L.top_k)];
+    const int64_t crow = combine_row(t, j, L.top_k);
+    const int32_t id = area<int32_t>(peer, L.send_ids)[crow];
     int32_t row = -1;
     if (slot_owner(id, L.experts, epr) == rank) {
       const int32_t e = local_expert(id, rank, epr);
@@ -219,13 +220,9 @@ __global__ void ep_dispatch_gather_kernel(Peers peers, SegmentLayout L, int32_t 
       if (row < 0) {
         record_error(own, L, kErrCapacity);
       } else {
-        area<int32_t>(own, L.recv_src_rank)[row] = src;
-        area<int32_t>(own, L.recv_token)[row] = t;
-        area<int32_t>(own, L.recv_slot)[row] = j;
         area<int32_t>(own, L.recv_expert)[row] = e;
-        area<float>(own, L.recv_weight)[row] = area<float>(peer, L.send_weights)[combine_row(t, j, L.top_k)];
+        area<float>(own, L.recv_weight)[row] = area<float>(peer, L.send_weights)[crow];
         area<float>(own, L.recv_g)[row] = area<float>(peer, L.send_g)[t];
-        const int64_t crow = combine_row(t, j, L.top_k);
         out_rows[row] = peer + combine_row_offset(L, crow);
         area<int32_t>(peer, L.combine_flags)[crow] = 1;
       }

@@ -68,8 +68,7 @@ TEST(EpIndex, SegmentLayoutAreasAreAlignedDisjointAndLargeEnough) {
       {L.send_count, 4}, {L.send_codes, t * h / 2},     {L.send_scales, t * h / 16},
       {L.send_g, t * 4},           {L.send_ids, t * kk * 4},      {L.send_weights, t * kk * 4},
       {L.combine_rows, t * kk * h * 4}, {L.combine_flags, t * kk * 4}, {L.recv_codes, c * h / 2},
-      {L.recv_scales, c * h / 16}, {L.recv_g, c * 4},             {L.recv_src_rank, c * 4},
-      {L.recv_token, c * 4},       {L.recv_slot, c * 4},          {L.recv_expert, c * 4},
+      {L.recv_scales, c * h / 16}, {L.recv_g, c * 4},             {L.recv_expert, c * 4},
       {L.recv_weight, c * 4},      {L.expert_count, l * 4},       {L.expert_first, l * 4},
       {L.expert_offset, (l + 1) * 4}, {L.expert_cursor, l * 4},   {L.recv_total, 4},
       {L.dispatch_done, 4},        {L.error_word, 4}};
