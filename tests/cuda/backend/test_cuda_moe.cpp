@@ -325,5 +325,104 @@ TEST(CudaMoe, GraphCaptureReplaysIdentically) {
   cudaGraphDestroy(graph);
 }
 
+// Forwards queued back to back on new inputs and routing, eagerly and as
+// replays of one captured graph, with no synchronisation between them, equal
+// bit for bit to the same forwards run one at a time. Kernels of the routed
+// path start before the kernel ahead of them has finished (programmatic
+// dependent launch) and must read and write only what is already theirs.
+// K = 2048 and 1024 let the decode kernel take the few-token forwards, the
+// prefill kernel the 64-token ones.
+TEST(CudaMoe, BackToBackForwardsEqualIsolatedOnes) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  MoeConfig cfg = dsv4_pro_config();
+  cfg.hidden = 2048;
+  cfg.intermediate = 1024;
+  cfg.experts = 16;
+  MoeWeights w = make_random_nvfp4_moe(cfg, rng.next());
+  Moe gpu = gpu_moe(w, 64);
+  const int64_t H = cfg.hidden, k = cfg.top_k;
+  constexpr int kRuns = 6;
+  for (const int64_t T : {1, 3, 64}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << T);
+    const size_t nx = size_t(T * H), nk = size_t(T * k);
+    std::vector<float> x_all = random_normal(rng, kRuns * T * H), w_all;
+    std::vector<int32_t> ids_all;
+    for (int i = 0; i < kRuns; ++i) {
+      std::vector<int32_t> ids;
+      std::vector<float> wt;
+      ep_routing(rng, T, k, cfg.experts, 0, cfg.experts, ids, wt);
+      ids_all.insert(ids_all.end(), ids.begin(), ids.end());
+      w_all.insert(w_all.end(), wt.begin(), wt.end());
+    }
+    cuda::DeviceBuffer<float> dx_all(x_all.size()), dw_all(w_all.size()), dx(nx), dw(nk);
+    cuda::DeviceBuffer<int32_t> di_all(ids_all.size()), di(nk);
+    cuda::DeviceBuffer<uint16_t> dy(nx), dy_all(kRuns * nx);
+    dx_all.upload(x_all.data(), x_all.size());
+    dw_all.upload(w_all.data(), w_all.size());
+    di_all.upload(ids_all.data(), ids_all.size());
+    NVFP4_CUDA_CHECK(cudaDeviceSynchronize());
+    cuda::CudaStream s;
+    const TensorView vx = make_view(dx.get(), DType::F32, {T, H}, DeviceKind::Cuda);
+    RoutingArgs r;
+    r.topk_ids = make_view(di.get(), DType::I32, {T, k}, DeviceKind::Cuda);
+    r.topk_weights = make_view(dw.get(), DType::F32, {T, k}, DeviceKind::Cuda);
+    ForwardOutputs o;
+    o.y = make_view(dy.get(), DType::BF16, {T, H}, DeviceKind::Cuda);
+    auto d2d = [&](void* dst, const void* src, size_t bytes) {
+      NVFP4_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s.get()));
+    };
+    auto inputs = [&](int i) {
+      d2d(dx.get(), dx_all.get() + i * nx, nx * sizeof(float));
+      d2d(dw.get(), dw_all.get() + i * nk, nk * sizeof(float));
+      d2d(di.get(), di_all.get() + i * nk, nk * sizeof(int32_t));
+    };
+    auto keep = [&](int i) { d2d(dy_all.get() + i * nx, dy.get(), nx * sizeof(uint16_t)); };
+
+    std::vector<uint16_t> isolated(kRuns * nx), queued(kRuns * nx);
+    for (int i = 0; i < kRuns; ++i) {
+      inputs(i);
+      NVFP4_CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, dy.bytes(), s.get()));
+      gpu.forward(vx, r, o, {.stream = s.get()});
+      dy.download(isolated.data() + i * nx, nx, s.get());
+      NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    }
+    for (int i = 1; i < kRuns; ++i)
+      ASSERT_NE(std::vector<uint16_t>(isolated.begin(), isolated.begin() + nx),
+                std::vector<uint16_t>(isolated.begin() + i * nx, isolated.begin() + (i + 1) * nx))
+          << "forward " << i << " gave forward 0's output: the comparison would prove nothing";
+
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(dy_all.get(), 0xFF, dy_all.bytes(), s.get()));
+    for (int i = 0; i < kRuns; ++i) {
+      inputs(i);
+      gpu.forward(vx, r, o, {.stream = s.get()});
+      keep(i);
+    }
+    dy_all.download(queued.data(), queued.size(), s.get());
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    EXPECT_EQ(queued, isolated) << "eager forwards queued back to back";
+
+    cudaGraph_t graph;
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+    gpu.forward(vx, r, o, {.stream = s.get()});
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
+    cudaGraphExec_t exec;
+    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    NVFP4_CUDA_CHECK(cudaMemsetAsync(dy_all.get(), 0xFF, dy_all.bytes(), s.get()));
+    for (int i = 0; i < kRuns; ++i) {
+      inputs(i);
+      NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s.get()));
+      keep(i);
+    }
+    dy_all.download(queued.data(), queued.size(), s.get());
+    NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    EXPECT_EQ(queued, isolated) << "graph replays queued back to back";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 }  // namespace
 }  // namespace nvfp4moe
