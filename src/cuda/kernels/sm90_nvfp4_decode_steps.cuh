@@ -111,8 +111,13 @@ struct Scheduler {
 
 // Weight chunks a warp prefetches into L2 for its first unit, after the stage
 // it loads into registers: 8 KB of codes a warp, ~17 MB over a grid of 528
-// CTAs, a third of the L2 cache.
-constexpr int64_t kPrefetchChunks = 16;
+// CTAs, a third of the L2 cache. Defining NVFP4MOE_DECODE_PREFETCH_CHUNKS
+// changes it (0: none), for A/B runs.
+#ifndef NVFP4MOE_DECODE_PREFETCH_CHUNKS
+#define NVFP4MOE_DECODE_PREFETCH_CHUNKS 16
+#endif
+constexpr int64_t kPrefetchChunks = NVFP4MOE_DECODE_PREFETCH_CHUNKS;
+static_assert(kPrefetchChunks % 4 == 0, "prefetches cover whole scale words at one or two m-tiles");
 
 // Lane 0 of a warp prefetches into L2 the next kPrefetchChunks / kMTiles
 // chunks (codes and their scale words) of its K range of each m-tile of a
