@@ -463,13 +463,9 @@ std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_
   return table;
 }
 
-int64_t shared_fp8_wgmma_min_tokens(int64_t hidden, int64_t inter) {
-  return hidden * inter >= kFp8WgmmaLargeWeights ? 9 : 17;
-}
-
 bool shared_fp8_uses_wgmma(const SharedFp8Args& a) {
   return a.path == Fp8SharedPath::Wgmma ||
-         (a.path == Fp8SharedPath::Auto && a.tokens >= shared_fp8_wgmma_min_tokens(a.hidden, a.inter) &&
+         (a.path == Fp8SharedPath::Auto && a.tokens >= kFp8WgmmaMinTokens &&
           shared_fp8_wgmma_supports(a));
 }
 

@@ -45,18 +45,17 @@ constexpr int64_t kFp8ScaleTile = 128;   // rows and columns of one scale tile
 constexpr int64_t kFp8ScaleGroup = 8;    // weight rows per entry of a group scale table
 constexpr int64_t kFp8MaxSplitRows = 8;  // splits x token tiles (of 64) the workspace holds
 
-// Which kernels run (Auto: the wgmma form from shared_fp8_wgmma_min_tokens
-// tokens where shared_fp8_wgmma_supports, else the GEMV form up to 16
-// tokens and the split form beyond; the others for tests and benchmarks).
+// Which kernels run (Auto: the wgmma form from kFp8WgmmaMinTokens tokens
+// where shared_fp8_wgmma_supports, else the GEMV form up to 16 tokens and
+// the split form beyond; the others for tests and benchmarks).
 enum class Fp8SharedPath : uint8_t { Auto, Split, Gemv, Wgmma };
-// 9 tokens where H x Is is at least 2^24 (V4-Pro: 7168 x 3072), 17 below
-// (V4-Flash: 4096 x 2048): on the H200 (nvfp4moe_shared_expert_bench, device
-// time) the GEMV form's second n8 tile of tokens takes V4-Pro from 25.0 us
-// at 8 tokens to 32.3-33.2 at 10-16, where the wgmma form holds 29.4-29.7;
-// V4-Flash's GEMV form stays at 14.3-15.0 us there against the wgmma
-// form's 19.9-20.3.
-constexpr int64_t kFp8WgmmaLargeWeights = int64_t(1) << 24;
-int64_t shared_fp8_wgmma_min_tokens(int64_t hidden, int64_t inter);
+// The GEMV form up to 16 tokens (two n8 tiles), the wgmma form from 17.
+// NOTES (device time, nvfp4moe_shared_expert_bench): with two register
+// stages the GEMV form is the faster one at 12 and 16 tokens on both cards,
+// V4-Pro 27.1 / 28.1 us against 28.9 / 28.7 on an H200 (2026-12-07) and
+// 30.7-31.7 against 32.1-33.4 on an H100; V4-Flash 14.6 / 15.2 against
+// 19.6 / 19.7 on the H200.
+constexpr int64_t kFp8WgmmaMinTokens = 17;
 
 // The wgmma form's TMA maps of its x_perm and h scratch (widths 16, 32, 64,
 // 128), built once for buffers of max_tokens rows; building them also

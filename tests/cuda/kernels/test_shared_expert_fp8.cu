@@ -310,19 +310,17 @@ TEST(SharedFp8, GemvStagesAreTwoOrThree) {
   }
 }
 
-// Auto's choice between the GEMV and wgmma forms: from 9 tokens where H x
-// Is is at least 2^24 (DeepSeek-V4-Pro, H = 7168, Is = 3072), from 17 below
-// (V4-Flash, H = 4096, Is = 2048); never without power-of-two factors.
-// Host logic only.
-TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
+// Auto's choice between the GEMV and wgmma forms: the GEMV form up to 16
+// tokens, the wgmma form from 17, for DeepSeek-V4-Pro (H = 7168, Is = 3072)
+// and V4-Flash (H = 4096, Is = 2048) alike; never without power-of-two
+// factors. Host logic only.
+TEST(SharedFp8, AutoTakesTheWgmmaFormFromSeventeenTokens) {
   Fp8WgmmaMaps maps;
   SharedFp8Args a = host_choice_args(maps);
-  EXPECT_EQ(shared_fp8_wgmma_min_tokens(7168, 3072), 9);
-  EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 4096), 9);
-  EXPECT_EQ(shared_fp8_wgmma_min_tokens(4096, 2048), 17);
+  EXPECT_EQ(kFp8WgmmaMinTokens, 17);
   for (const auto& [hidden, inter, tokens, wgmma] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{{7168, 3072, 8, false},  {7168, 3072, 9, true},
-                                                                {7168, 3072, 16, true},  {4096, 2048, 16, false},
+       std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{{7168, 3072, 8, false},  {7168, 3072, 16, false},
+                                                                {7168, 3072, 17, true},  {4096, 2048, 16, false},
                                                                 {4096, 2048, 17, true},  {7168, 3072, 64, true}}) {
     a.hidden = hidden;
     a.inter = inter;
@@ -331,7 +329,7 @@ TEST(SharedFp8, AutoTakesTheWgmmaFormFromNineTokensForLargeLayers) {
   }
   a.hidden = 7168;
   a.inter = 3072;
-  a.tokens = 12;
+  a.tokens = 64;  // the wgmma form's tokens, its factors not powers of two
   a.scales_fold = false;
   EXPECT_FALSE(shared_fp8_uses_wgmma(a));
 }
