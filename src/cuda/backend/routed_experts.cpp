@@ -208,9 +208,6 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
                               .ld_h = I,
                               .has_limit = limit_.has_value(),
                               .limit = limit_.value_or(0.0f)};
-  // The staging of the input rows is an ordinary launch after the grouping,
-  // so both GEMMs may overlap the kernel before them (GroupedGemmPlan).
-  p.gate_up.overlap_previous = p.expand ? in.rows > 0 : p.stage_x.rows > 0;
   p.requant = requant_args(pairs, order);
   // Down: the same positions, work list and scheduling.
   p.down = p.gate_up;
