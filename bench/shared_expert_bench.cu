@@ -183,14 +183,13 @@ int main(int argc, char** argv) {
       const double g16 = graph_time_us(reps, bf16, x.get(), T, out.get(), stream.get());
       const double g8 = graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get());
       // Device time of each forced choice, " / "-joined; "-" where the GEMV form cannot take T, or the
-      // dequantization + GEMM path is not there (layers sized below kFp8GemmMinTokens tokens keep no
-      // BF16 chunk for it).
+      // dequantization + GEMM path is not there.
       using Choice = DeviceSharedExpert::Fp8Choice;
       auto forced = [&](std::initializer_list<Choice> choices) {
         std::string cells;
         for (const Choice& v : choices) {
           char cell[32] = "-";
-          if ((v.kernels != Fp8SharedPath::Gemv || T <= 16) && (v.dequant_gemm != 1 || max_t >= kFp8GemmMinTokens)) {
+          if ((v.kernels != Fp8SharedPath::Gemv || T <= 16) && (v.dequant_gemm != 1 || fp8[0]->fp8_dequant_gemm_available())) {
             for (auto& l : fp8) l->set_fp8_choice(v);
             std::snprintf(cell, sizeof cell, "%.1f", graph_time_us(reps, fp8, x.get(), T, out.get(), stream.get()));
           }

@@ -284,9 +284,9 @@ __global__ void ep_combine_kernel(Peers peers, SegmentLayout L, int32_t rank, co
       float acc = 0.0f;
       for (int32_t j = 0; j < L.top_k; ++j)
         if (use[j]) {
-          const int64_t at = (first + j) * L.hidden + n;
-          acc += L.combine_bytes == 2 ? __bfloat162float(area<__nv_bfloat16>(own, L.combine_rows)[at])
-                                      : area<float>(own, L.combine_rows)[at];
+          const char* row = own + combine_row_offset(L, first + j);
+          acc += L.combine_bytes == 2 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[n])
+                                      : reinterpret_cast<const float*>(row)[n];
         }
       if (shared_out) acc += shared_out[int64_t(t) * L.hidden + n];
       yt[n] = __float2bfloat16_rn(acc);

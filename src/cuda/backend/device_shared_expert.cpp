@@ -48,11 +48,11 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
     counters_ = DeviceBuffer<int32_t>(size_t(shared_fp8_counters(hidden_, inter_)));
     NVFP4_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
     sms_ = sm_count();
-    fp8_pow2_ = fp8_scales_are_powers_of_two(w.w1_scale) && fp8_scales_are_powers_of_two(w.w3_scale) &&
-                fp8_scales_are_powers_of_two(w.w2_scale);
+    const bool pow2 = fp8_scales_are_powers_of_two(w.w1_scale) && fp8_scales_are_powers_of_two(w.w3_scale) &&
+                      fp8_scales_are_powers_of_two(w.w2_scale);
     fp8_fold_ = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
                 fp8_scales_are_powers_of_two(w.w2_scale, 7);
-    if (fp8_pow2_ && max_tokens >= kFp8GemmMinTokens)
+    if (pow2 && max_tokens >= kFp8GemmMinTokens)
       fp8_chunk_ = DeviceBuffer<__nv_bfloat16>(size_t(std::min(kFp8GemmChunkRows, std::max(2 * inter_, hidden_))) *
                                                size_t(std::max(hidden_, inter_)));
   } else {
@@ -112,7 +112,7 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .x_perm = x_perm_.get(),
                           .wgmma_maps = wgmma_maps_.get()};
     const bool gemm = fp8_choice_.dequant_gemm < 0 ? tokens >= kFp8GemmMinTokens : fp8_choice_.dequant_gemm > 0;
-    if (gemm && fp8_pow2_ && fp8_chunk_.size() > 0) {
+    if (gemm && fp8_dequant_gemm_available()) {
       run_fp8_dequant_gemm(xb, tokens, out, stream);
       return;
     }

@@ -58,6 +58,9 @@ class DeviceSharedExpert {
     int gemv_stages = 0;    // register stages of the GEMV form (2 or 3), 0: chosen from the grid
   };
   void set_fp8_choice(const Fp8Choice& c) { fp8_choice_ = c; }
+  // Whether the dequantization + GEMM path can run: power-of-two FP8 factors
+  // and a layer sized for at least kFp8GemmMinTokens tokens (its BF16 chunk).
+  bool fp8_dequant_gemm_available() const { return fp8_chunk_.size() > 0; }
 
  private:
   void check_tokens(int64_t tokens) const;
@@ -75,7 +78,6 @@ class DeviceSharedExpert {
   DeviceBuffer<int32_t> counters_;          // Fp8Block: split-K arrivals, zero at rest
   DeviceBuffer<__nv_bfloat16> fp8_chunk_;  // Fp8Block, max_tokens >= kFp8GemmMinTokens, power-of-two scales:
                                            // [kFp8GemmChunkRows, max(H, Is)] dequantized rows
-  bool fp8_pow2_ = false;
   bool fp8_fold_ = false;                   // Fp8Block: tile factors 2^-117 .. 2^7 (the wgmma form)
   DeviceBuffer<__nv_bfloat16> x_perm_;      // Fp8Block, fp8_fold_, H and Is multiples of 64: [max_tokens, H]
   std::unique_ptr<Fp8WgmmaMaps> wgmma_maps_;  // of x_perm_ and h_
