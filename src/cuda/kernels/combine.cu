@@ -3,8 +3,10 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/combine.hpp"
 #include "cuda/kernels/ref/combine_ref.hpp"
+#include "cuda/ptx/sm90_griddep.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -22,6 +24,9 @@ constexpr int kMaxVectorSlots = 64;  // top_k the vector kernel takes: its live 
 // of a chain of flag -> row loads per slot (the reference kernel's latency
 // bound). Same sums, same order, same rounding as combine_ref_kernel.
 __global__ void __launch_bounds__(kThreads) combine_kernel(CombineArgs a) {
+  // Launched to overlap the kernel before it: wait for it before any access.
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();
   const int64_t t = blockIdx.x;
   const int64_t cols4 = a.hidden / 4, step = int64_t(gridDim.y) * kThreads;
   const float4* yp = reinterpret_cast<const float4*>(a.y_pair) + t * a.top_k * cols4;
@@ -74,8 +79,7 @@ void combine_slots(const CombineArgs& a, cudaStream_t stream) {
   if (!combine_vectorized(a)) return combine_slots_ref(a, stream);
   NVFP4_CHECK(a.tokens <= int64_t(INT32_MAX), "combine_slots: token count ", a.tokens, " above the grid limit");
   const int64_t splits = combine_column_splits(a.tokens, a.hidden, kThreads);
-  combine_kernel<<<dim3(unsigned(a.tokens), unsigned(splits)), kThreads, 0, stream>>>(a);
-  NVFP4_CUDA_CHECK_LAUNCH("combine_kernel");
+  launch_dependent(combine_kernel, dim3(unsigned(a.tokens), unsigned(splits)), dim3(kThreads), 0, stream, true, a);
 }
 
 // NOTES (measured on the H200): with one CTA per token, a decode

@@ -2,6 +2,7 @@
 #include "cuda/kernels/expand_rows.hpp"
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "format/nvfp4_codec.hpp"
 
 namespace nvfp4moe::cuda {
@@ -60,8 +61,8 @@ void expand_nvfp4_rows(const ExpandRowsArgs& a, cudaStream_t stream) {
   NVFP4_CHECK(a.cols > 0 && a.cols % 16 == 0 && a.ld % 8 == 0 && a.ld >= a.cols, "expand_nvfp4_rows: cols=", a.cols,
               " must be a positive multiple of 16 and ld=", a.ld, " a multiple of 8 >= cols");
   if (a.rows_max <= 0) return;
-  expand_nvfp4_rows_kernel<<<unsigned(a.rows_max), kThreads, size_t(a.cols) * 2, stream>>>(a);
-  NVFP4_CUDA_CHECK_LAUNCH("expand_nvfp4_rows_kernel");
+  launch_dependent(expand_nvfp4_rows_kernel, dim3(unsigned(a.rows_max)), dim3(kThreads), size_t(a.cols) * 2, stream,
+                   LaunchOverlap{false, a.next_overlaps && a.rows_max <= sm_count()}, a);
 }
 
 }  // namespace nvfp4moe::cuda

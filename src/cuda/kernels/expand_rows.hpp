@@ -24,6 +24,7 @@ struct ExpandRowsArgs {
   __nv_bfloat16* out = nullptr;     // [rows_max, ld]
   int32_t ld = 0;                   // a multiple of 8, >= cols
   OperandOrder order;
+  bool next_overlaps = false;  // as QuantizeActArgs::next_overlaps (staging.hpp)
 };
 
 // Once per process before the first call outside any stream capture: the

@@ -2,11 +2,14 @@
 // the work list built by all 1024 threads instead of one — the same offsets,
 // work list and error word; positions inside a group come from atomics, as in
 // group_pairs_ref. For decode this takes the grouping from ~9 us (48 experts) /
-// ~22 us (384) to the cost of one small kernel.
+// ~22 us (384) to the cost of one small kernel, whose launch overlaps the
+// kernel before it (programmatic dependent launch).
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/grouping.hpp"
 #include "cuda/kernels/grouping_slots.cuh"
 #include "cuda/kernels/warp_scan.cuh"
+#include "cuda/ptx/sm90_griddep.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -36,6 +39,9 @@ __global__ void __launch_bounds__(kThreads) group_kernel(const __grid_constant__
   int32_t* count = sm;                     // [local]
   int32_t* cursor = sm + a.local_experts;  // [local]
   __shared__ int32_t warp_sums[32];
+  // Launched to overlap the kernel before it: wait for it before any access.
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();
   for (int64_t e = threadIdx.x; e < a.local_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
 
@@ -85,8 +91,7 @@ void group_pairs(const GroupingArgs& a, cudaStream_t stream) {
   const size_t smem = check_grouping_args(a, "group_pairs");
   NVFP4_CHECK(a.tile_rows > 0, "group_pairs: tile_rows must be positive, got ", a.tile_rows);
   allow_smem_at_least(group_kernel, smem);
-  group_kernel<<<1, kThreads, smem, stream>>>(a);
-  NVFP4_CUDA_CHECK_LAUNCH("group_pairs");
+  launch_dependent(group_kernel, dim3(1), dim3(kThreads), smem, stream, true, a);
 }
 
 }  // namespace nvfp4moe::cuda

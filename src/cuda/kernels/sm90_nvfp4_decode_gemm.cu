@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/sm90_nvfp4_decode_gemm.cuh"
 
 namespace nvfp4moe::cuda {
@@ -28,8 +29,7 @@ void launch(const Sm90DecodeGemmParams& params, int grid_hint, cudaStream_t stre
   const int64_t items_max = (params.w.geometry.m_tiles / kMTiles) * params.plan.max_tiles;
   int64_t grid = grid_hint > 0 ? grid_hint : resident_ctas(kernel, kThreads, smem);
   grid = std::max<int64_t>(1, std::min(grid, items_max));
-  kernel<<<unsigned(grid), kThreads, smem, stream>>>(params);
-  NVFP4_CUDA_CHECK_LAUNCH("sm90_nvfp4_decode_gemm_kernel");
+  launch_dependent(kernel, dim3(unsigned(grid)), dim3(kThreads), smem, stream, params.plan.overlap_previous, params);
 }
 
 template <Projection P>

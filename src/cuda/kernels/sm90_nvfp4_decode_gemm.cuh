@@ -8,10 +8,12 @@
 // shared-memory ring (no barrier: a lane reads only what it copied; without
 // the ring, activations are loaded chunk by chunk). The last stage of a unit
 // prefetches the first stage of the CTA's next unit, so neither stream drains
-// between units.
+// between units. Launched to overlap the previous kernel, a CTA starts its
+// first unit's weights before it waits for that kernel's outputs.
 #pragma once
 
 #include "cuda/kernels/sm90_nvfp4_decode_steps.cuh"
+#include "cuda/ptx/sm90_griddep.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -66,15 +68,24 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
   // This lane's slot of load (chunk j, tile n, half h) in ring stage b: ring + b * kRingStage + ((j * kNTiles + n) * 2 + h) * kActSlot.
   const uint32_t ring = ptx::smem_addr(act_ring) + uint32_t(warp) * (kRingStage / kWarps) + uint32_t(lane) * 16;
 
+  // Programmatic dependent launch (GroupedGemmPlan::overlap_previous): until
+  // griddep_wait only the work list and the weights are read, and every CTA
+  // waits before it exits, so the grid completes after the previous one. The
+  // next kernel is let in only as CTAs finish (launch_dependents at the end,
+  // or the exit): let in at the start, it cost 6-8 us of a one-token forward
+  // (H100).
   Unit u = sch.first_unit();
-  if (!sch.valid(u)) return;
+  if (!sch.valid(u)) {
+    ptx::griddep_wait();
+    return;
+  }
   typename Sched::Operands op = sch.operands(u);
 
   // Pipeline: the weight fragments of the next stage (of this unit or the
   // next one) in registers, its activations in ring stage `buf ^ 1`.
   uint4 frag[kMTiles][kStageChunks];
   uint32_t scl[kMTiles][kStageChunks / kMmaScaleChunks];
-  auto load_stage = [&](const typename Sched::Operands& o, int64_t st, int buf) {
+  auto load_weights = [&](const typename Sched::Operands& o, int64_t st) {
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       const uint4* c = codes + (o.et[m] * sch.k_chunks + st * kStageChunks) * 32;
@@ -85,10 +96,21 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
 #pragma unroll
       for (int j = 0; j < kStageChunks / kMmaScaleChunks; ++j) scl[m][j] = ptx::ld_global_stream_u32(s + j * scale_lanes);
     }
+  };
+  auto fetch_stage_acts = [&](const typename Sched::Operands& o, int64_t st, int buf) {
     if constexpr (kActRing<kNTiles>) fetch_acts<kNTiles, kStageChunks>(o.act, o.live, st * kStageChunks, ring + buf * kRingStage);
   };
+  auto load_stage = [&](const typename Sched::Operands& o, int64_t st, int buf) {
+    load_weights(o, st);
+    fetch_stage_acts(o, st, buf);
+  };
+  // The first unit's weights start streaming before the wait: its first
+  // stage into registers, the next chunks into L2.
   int buf = 0;
-  load_stage(op, 0, buf);
+  load_weights(op, 0);
+  prefetch_unit_weights<kMTiles>(w, op.et, sch.k_chunks, sch.chunk0, lane);
+  ptx::griddep_wait();
+  fetch_stage_acts(op, 0, buf);
 
   for (int parity = 0;; parity ^= 1) {
     const Unit nu = sch.next(u);
@@ -145,6 +167,7 @@ __global__ void __launch_bounds__(mma_gemm::kThreads, kMinBlocks)
     u = nu;
     op = nop;
   }
+  ptx::griddep_launch_dependents();
 }
 
 }  // namespace nvfp4moe::cuda

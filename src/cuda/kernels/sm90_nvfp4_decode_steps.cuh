@@ -12,6 +12,7 @@
 #include "cuda/ptx/sm80_mma_cp_async.cuh"
 #include "cuda/ptx/sm90_ld_cvt.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
+#include "cuda/ptx/sm90_tma.cuh"
 
 namespace nvfp4moe::cuda {
 
@@ -107,6 +108,37 @@ struct Scheduler {
     return o;
   }
 };
+
+// Weight chunks a warp prefetches into L2 for its first unit, after the stage
+// it loads into registers: 8 KB of codes a warp, ~17 MB over a grid of 528
+// CTAs, a third of the L2 cache. Defining NVFP4MOE_DECODE_PREFETCH_CHUNKS
+// changes it (0: none), for A/B runs.
+#ifndef NVFP4MOE_DECODE_PREFETCH_CHUNKS
+#define NVFP4MOE_DECODE_PREFETCH_CHUNKS 16
+#endif
+constexpr int64_t kPrefetchChunks = NVFP4MOE_DECODE_PREFETCH_CHUNKS;
+static_assert(kPrefetchChunks % 4 == 0, "prefetches cover whole scale words at one or two m-tiles");
+
+// Lane 0 of a warp prefetches into L2 the next kPrefetchChunks / kMTiles
+// chunks (codes and their scale words) of its K range of each m-tile of a
+// unit, beyond the first stage. Issued before the grid waits for the previous
+// kernel, they stream while that kernel finishes and the first stage is
+// still in flight.
+template <int kMTiles>
+__device__ __forceinline__ void prefetch_unit_weights(const FragmentWeights& w, const int64_t (&et)[kMTiles],
+                                                      int64_t k_chunks, int64_t chunk0, int lane) {
+  constexpr int64_t kStageChunks = kStageChunksOf<kMTiles>;
+  if (lane != 0) return;
+  const int64_t first = kStageChunks, last = min(k_chunks / kWarps, first + kPrefetchChunks / kMTiles);
+  if (last <= first) return;  // an even count of whole scale words: both bounds are even
+  const int scale_bytes_per_chunk = w.geometry.scale_lanes * 4 / kMmaScaleChunks;
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+    const int64_t chunk = et[m] * k_chunks + chunk0 + first;
+    ptx::prefetch_bulk_l2(w.codes + chunk * kFragBytes, uint32_t((last - first) * kFragBytes));
+    ptx::prefetch_bulk_l2(w.scales + chunk * scale_bytes_per_chunk, uint32_t((last - first) * scale_bytes_per_chunk));
+  }
+}
 
 // The activation operand of kStageChunks chunks from `chunk` (relative to
 // the lane's K start), 16 contiguous BF16 per lane, chunk and n8 tile, copied

@@ -60,7 +60,6 @@ constexpr bool kRegistersBalance =
     kProducerThreads * (kLaunchRegisters<kBlockN> - kProducerRegisters);
 constexpr int kStageChunks = kMmaScaleChunks;  // K per stage: one scale word of every lane
 constexpr int kStageK = kStageChunks * kMmaChunkK;
-constexpr int kFragBytes = 32 * 16;                          // one m-tile x one chunk
 constexpr int kScaleWordBytes = 32 * 4;                      // one m-tile x kStageChunks chunks (at most: MXFP4 half)
 constexpr int kActAtomBytes = 128;                           // one swizzle row: 64 BF16 or 128 E4M3 values
 constexpr int kMaxLocalExperts = 2048;                       // bounds the scheduler's shared arrays (fits 227 KB)

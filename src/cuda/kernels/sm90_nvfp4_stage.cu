@@ -7,9 +7,11 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.hpp"
 #include "cuda/kernels/block_scale.cuh"
 #include "cuda/kernels/ref/staging_ref.hpp"
 #include "cuda/kernels/staging.hpp"
+#include "cuda/ptx/sm90_griddep.cuh"
 #include "cuda/ptx/sm90_mbarrier.cuh"
 #include "cuda/ptx/sm90_tma.cuh"
 #include "cuda/ptx/sm90_wgmma.cuh"  // fence_proxy_async_shared
@@ -44,6 +46,14 @@ struct StageRows {
   int64_t deq_ld = 0;
   OperandOrder deq_order;
   ActivationMode mode = ActivationMode::Nvfp4;  // Bf16 / Fp8: the operand path only, g = 1
+  // Launched to overlap the previous kernel (programmatic dependent launch):
+  // both kernels wait for it before they read or write anything.
+  bool overlap_previous = false;
+  // The next kernel is launched to overlap this one: up to one row per SM
+  // (where the next kernel's CTAs join this one's SMs) the launch asks for
+  // the largest L1 (LaunchOverlap::prefer_l1); beyond, the residency the
+  // grid was sized for needs the default split.
+  bool next_overlaps = false;
 };
 
 // The rows a launch stages: *num_rows (the live rows, on the device) capped
@@ -123,6 +133,8 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2) stage_rows_kernel(const _
                                                                        int64_t rows_max) {
   __shared__ float warp_amax[2][kMaxBlocksPerRow / 32];
   extern __shared__ uint32_t kslot_rows[];  // two rows of BF16 pairs in k-slot order (k-slot staging only)
+  ptx::griddep_launch_dependents();  // the next kernel may start on the SMs this grid leaves
+  ptx::griddep_wait();
   const int64_t rows = live_rows(a, rows_max);
   const int kb = int(a.cols / kBlock), b = int(threadIdx.x), lane = b % 32, warp = b / 32;
   const bool live = b < kb;
@@ -327,6 +339,8 @@ __global__ void __launch_bounds__(kMaxBlocksPerRow, 2)
   __shared__ float warp_amax[kStages][kMaxBlocksPerRow / 32];
   __shared__ float block_amax[kMaxBlocksPerRow];  // a thread's own blocks: written in step 1, read in step 2
   __shared__ bool block_outside[kMaxBlocksPerRow];  // and whether one of its values is outside quotient_rn's domain
+  ptx::griddep_launch_dependents();  // the next kernel may start on the SMs this grid leaves
+  ptx::griddep_wait();
 
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, kb = int(a.cols / kBlock);
   const uint32_t row_bytes = uint32_t(a.cols) * kElem;
@@ -444,8 +458,8 @@ void launch_operand_rows(const StageRows& s, int64_t rows, cudaStream_t stream) 
   auto kernel = s.x_bf16 ? stage_operand_rows_kernel<true> : stage_operand_rows_kernel<false>;
   allow_smem_at_least(kernel, smem);
   const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
-  kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);
-  NVFP4_CUDA_CHECK_LAUNCH("stage_operand_rows_kernel");
+  launch_dependent(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream,
+                   LaunchOverlap{s.overlap_previous, s.next_overlaps && rows <= sm_count()}, s, rows);
 }
 
 void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
@@ -463,8 +477,8 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   const size_t smem = may_kslot ? size_t(s.cols) * 2 * 2 : 0;  // two rows of BF16 (k-slot regrouping)
   auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
   const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
-  kernel<<<unsigned(grid), unsigned(threads), smem, stream>>>(s, rows);
-  NVFP4_CUDA_CHECK_LAUNCH("stage_rows_kernel");
+  launch_dependent(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream,
+                   LaunchOverlap{s.overlap_previous, s.next_overlaps && rows <= sm_count()}, s, rows);
 }
 
 }  // namespace
@@ -486,6 +500,7 @@ void sm90_nvfp4_stage(const QuantizeActArgs& a, cudaStream_t stream) {
               "sm90_nvfp4_stage: static global scale must be finite and > 0, got ", a.static_g);
   if (a.rows == 0) return;
   StageRows s;
+  s.next_overlaps = a.next_overlaps;
   s.x = a.x;
   s.x_bf16 = a.x_is_bf16;
   s.ld_x = a.cols;
@@ -530,6 +545,7 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
   s.deq_ld = a.deq_ld;
   s.deq_order = a.deq_order;
   s.mode = a.mode;
+  s.overlap_previous = true;  // the next GEMM's weights may stream during the previous one's tail
   launch(s, a.rows_max, stream);
 }
 

@@ -73,6 +73,9 @@ struct QuantizeActArgs {
   int64_t deq_ld = 0;                   // >= cols
   OperandOrder deq_order;               // column order of deq (default logical)
   ActivationMode mode = ActivationMode::Nvfp4;  // Bf16 / Fp8: deq and g_out only; scope ignored
+  // The kernel after this one is launched to overlap it (programmatic
+  // dependent launch): its SMs keep the largest L1 (dependent_launch.hpp).
+  bool next_overlaps = false;
 };
 
 

@@ -47,6 +47,7 @@ namespace nvfp4moe::cuda {
 constexpr int kMmaTileRows = 16;   // rows of one m-tile
 constexpr int kMmaChunkK = 64;     // K columns of one chunk
 constexpr int kMmaScaleChunks = 2; // chunks per 32-bit scale word of a lane
+constexpr int kFragBytes = 32 * 16;  // one m-tile x one chunk: 16 bytes a lane
 // Source bit of the lowest magnitude bit / of the sign, for register i, half 0.
 constexpr int kFragMagBit[4] = {6, 3, 0, 9};
 constexpr int kFragSignBit[4] = {15, 12, 14, 13};
@@ -77,7 +78,7 @@ NVFP4_HD void unpack_fragment_word(uint32_t w, uint32_t (&out)[4]) {
 struct FragmentGeometry {
   int64_t m_tiles = 0, k_chunks = 0;
   int32_t scale_lanes = 32;  // scale words per (m-tile, word index): 32 NVFP4, 16 MXFP4
-  int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * 32 * 16; }
+  int64_t code_bytes_per_expert() const { return m_tiles * k_chunks * kFragBytes; }
   int64_t scale_bytes_per_expert() const { return m_tiles * (k_chunks / kMmaScaleChunks) * scale_lanes * 4; }
 };
 // The scale word of `lane` within its (m-tile, word index) row.

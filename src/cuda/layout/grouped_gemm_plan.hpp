@@ -88,6 +88,14 @@ struct GroupedGemmPlan {
   int32_t pairs_above = -1;
   int32_t pairs_at_most = std::numeric_limits<int32_t>::max();
 
+  // Programmatic dependent launch (the decode kernel only): the kernel may
+  // start while the previous kernel of the stream still runs, and before it
+  // waits for that kernel reads nothing but the work list (tiles, num_tiles,
+  // offsets, live_pairs, pair_of_pos) and the weights. Set it only where an
+  // ordinary launch stands between the kernels that wrote the work list and
+  // this one (RoutedExperts: the staging of the input rows).
+  bool overlap_previous = false;
+
   // GateUp epilogue: h[pos, i] = silu(min(gate, L)) * clamp(up, -L, L), f32 [*, ld_h].
   float* h_out = nullptr;
   int64_t ld_h = 0;

@@ -2,8 +2,8 @@
 // copy of contiguous bytes, and a tiled copy of a box of a tensor
 // (CUtensorMap, built on the host by tensor_map.hpp), from global into shared
 // memory, each completing on an mbarrier as transaction bytes (armed with
-// mbarrier_arrive_expect_tx, sm90_mbarrier.cuh); and the L2 cache policy a
-// copy may carry.
+// mbarrier_arrive_expect_tx, sm90_mbarrier.cuh); the bulk prefetch into L2;
+// and the L2 cache policy a copy may carry.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,12 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, uint3
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(x), "r"(y), "r"(z)
       : "memory");
+}
+
+// `bytes` (a multiple of 16; both ends 16-byte aligned) from `src` into L2,
+// with no destination and no completion to wait for: the bulk prefetch.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 
 // Pulls a tensor map (a kernel parameter) into the TMA unit's cache ahead of

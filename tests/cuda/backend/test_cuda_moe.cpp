@@ -327,12 +327,11 @@ TEST(CudaMoe, GraphCaptureReplaysIdentically) {
 
 // Forwards queued back to back on new inputs and routing, eagerly and as
 // replays of one captured graph, with no synchronisation between them, equal
-// bit for bit to the same forwards run one at a time: no kernel of a forward
-// reads what the next forward's kernels overwrite, or the other way round,
-// and the kernels that start before the one ahead of them has finished (the
-// prefill kernel's Split launches, programmatic dependent launch) touch only
-// what is already theirs. K = 2048 and 1024 let the decode kernel take the
-// few-token forwards, the prefill kernel the 64-token ones.
+// bit for bit to the same forwards run one at a time. Kernels of the routed
+// path start before the kernel ahead of them has finished (programmatic
+// dependent launch) and must read and write only what is already theirs.
+// K = 2048 and 1024 let the decode kernel take the few-token forwards, the
+// prefill kernel the 64-token ones.
 TEST(CudaMoe, BackToBackForwardsEqualIsolatedOnes) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
