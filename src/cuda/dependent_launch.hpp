@@ -24,6 +24,14 @@ namespace nvfp4moe::cuda {
 struct LaunchOverlap {
   bool with_previous = false;  // may start while the previous kernel runs
   bool prefer_l1 = false;      // the smallest shared-memory carveout that holds the kernel
+
+  // A kernel of `ctas` CTAs whose successor is launched to overlap it (and
+  // which overlaps its own predecessor when `with_previous`): the largest L1
+  // where the grid is at most one CTA an SM; a larger grid was sized for the
+  // residency of the default split.
+  static LaunchOverlap ahead_of_overlap(bool with_previous, bool next_overlaps, int64_t ctas) {
+    return {with_previous, next_overlaps && ctas <= sm_count()};
+  }
 };
 
 template <typename... Params, typename... Args>

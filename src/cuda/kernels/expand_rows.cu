@@ -62,7 +62,7 @@ void expand_nvfp4_rows(const ExpandRowsArgs& a, cudaStream_t stream) {
               " must be a positive multiple of 16 and ld=", a.ld, " a multiple of 8 >= cols");
   if (a.rows_max <= 0) return;
   launch_dependent(expand_nvfp4_rows_kernel, dim3(unsigned(a.rows_max)), dim3(kThreads), size_t(a.cols) * 2, stream,
-                   LaunchOverlap{false, a.next_overlaps && a.rows_max <= sm_count()}, a);
+                   LaunchOverlap::ahead_of_overlap(false, a.next_overlaps, a.rows_max), a);
 }
 
 }  // namespace nvfp4moe::cuda

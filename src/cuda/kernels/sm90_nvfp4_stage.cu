@@ -49,11 +49,7 @@ struct StageRows {
   // Launched to overlap the previous kernel (programmatic dependent launch):
   // both kernels wait for it before they read or write anything.
   bool overlap_previous = false;
-  // The next kernel is launched to overlap this one: up to one row per SM
-  // (where the next kernel's CTAs join this one's SMs) the launch asks for
-  // the largest L1 (LaunchOverlap::prefer_l1); beyond, the residency the
-  // grid was sized for needs the default split.
-  bool next_overlaps = false;
+  bool next_overlaps = false;  // the next kernel is launched to overlap this one (LaunchOverlap::ahead_of_overlap)
 };
 
 // The rows a launch stages: *num_rows (the live rows, on the device) capped
@@ -459,7 +455,7 @@ void launch_operand_rows(const StageRows& s, int64_t rows, cudaStream_t stream) 
   allow_smem_at_least(kernel, smem);
   const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
   launch_dependent(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream,
-                   LaunchOverlap{s.overlap_previous, s.next_overlaps && rows <= sm_count()}, s, rows);
+                   LaunchOverlap::ahead_of_overlap(s.overlap_previous, s.next_overlaps, grid), s, rows);
 }
 
 void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
@@ -478,7 +474,7 @@ void launch(const StageRows& s, int64_t rows, cudaStream_t stream) {
   auto kernel = s.x_bf16 ? stage_rows_kernel<true> : stage_rows_kernel<false>;
   const int64_t grid = std::max<int64_t>(1, std::min(rows, resident_ctas(kernel, threads, smem)));
   launch_dependent(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream,
-                   LaunchOverlap{s.overlap_previous, s.next_overlaps && rows <= sm_count()}, s, rows);
+                   LaunchOverlap::ahead_of_overlap(s.overlap_previous, s.next_overlaps, grid), s, rows);
 }
 
 }  // namespace
