@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The H200 performance table of docs/performance.md, as markdown, from the
+"""The performance tables of docs/performance.md, as markdown, from the
 benchmarks' machine-readable output of one run:
 
   --routed FILE     JSON lines of `nvfp4moe_routed_bench --json FILE`: one
-                    {"kind": "ceilings", ...} line (HBM read, device copy and
-                    BF16 dense rates measured in that run), then one
+                    {"kind": "ceilings", ...} line (the device, HBM read,
+                    device copy and BF16 dense rates measured in that run;
+                    older files name no device), then one
                     {"kind": "ours", ...} line per (experts, format, act, T)
                     (files without "format" / "act" are NVFP4 with nvfp4
                     activations);
@@ -22,7 +23,7 @@ benchmarks' machine-readable output of one run:
                     fraction; with --format / --act other than nvfp4 also
                     format, act, checkpoint_bytes, checkpoint_roofline_us,
                     checkpoint_fraction), with --layer-log FILE its stdout
-                    for the ceilings line.
+                    for the device and ceilings lines.
 
 Every input is optional; each table is written when its input is given. The
 roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense)
@@ -130,7 +131,8 @@ def routed_table(routed_path, baselines_path):
                 baselines[(r["experts"], r["T"])] = r
     out = []
     copy = f", device copy (read + write) {ceil['copy_tbps']:.2f} TB/s" if "copy_tbps" in ceil else ""
-    out.append(f"Ceilings measured in the same run: HBM read {ceil['read_tbps']:.2f} TB/s{copy}, "
+    on = f" on {ceil['device']}" if ceil.get("device") else ""
+    out.append(f"Ceilings measured in the same run{on}: HBM read {ceil['read_tbps']:.2f} TB/s{copy}, "
                f"BF16 dense {ceil['bf16_tflops']:.0f} TFLOP/s.")
     out.append("")
     out.append("| workload | T | pairs | experts touched | kernel | format | act | routed path us | GEMMs us "
@@ -167,10 +169,13 @@ def layer_table(csv_path, log_path):
     out = []
     if log_path:
         with open(log_path) as f:
-            m = next((re.search(r"ceilings \(([^)]*)\): (.*)", line) for line in f if line.startswith("ceilings")), None)
+            lines = f.readlines()
+        device = next((line[len("device:"):].strip() for line in lines if line.startswith("device:")), None)
+        m = next((re.search(r"ceilings \(([^)]*)\): (.*)", line) for line in lines if line.startswith("ceilings")), None)
         if m:
             how = "measured in the same run" if m.group(1) == "measured now" else f"({m.group(1)})"
-            out.append(f"Ceilings {how}: {m.group(2).strip()}.")
+            on = f" on {device}" if device else ""
+            out.append(f"Ceilings {how}{on}: {m.group(2).strip()}.")
             out.append("")
     out.append("| workload | T | format | act | shared expert | tokens | pairs | experts touched | forward us | GB "
                "| GFLOP | roofline us | fraction |")

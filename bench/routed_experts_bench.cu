@@ -80,6 +80,16 @@ void fill(uint8_t* p, size_t n, uint64_t seed, int lo = 0, int span = 0) {
   NVFP4_CUDA_CHECK_LAUNCH("fill_bytes");
 }
 
+// s inside a JSON string: quotes and backslashes escaped, control bytes dropped.
+std::string json_text(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
+  }
+  return out;
+}
+
 double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -589,14 +599,16 @@ int main(int argc, char** argv) {
   FILE* js = o.json ? std::fopen(o.json, "w") : nullptr;
   const Ceilings c{measure_read_bandwidth(int64_t(4) << 30, 10), measure_copy_bandwidth(int64_t(256) << 20, 10),
                    measure_bf16_gemm_flops(8192, 8192, 8192, 10), measure_fp8_gemm_flops(8192, 8192, 8192, 10)};
+  const std::string device = nvfp4moe::cuda::device_description();
+  std::printf("device: %s\n", device.c_str());
   std::printf("ceilings: HBM read %.2f TB/s, copy (read + write) %.2f TB/s, BF16 dense %.0f TFLOP/s, FP8 dense %.0f "
               "TFLOP/s\n",
               c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   if (js)
     std::fprintf(js,
-                 "{\"kind\":\"ceilings\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,\"bf16_tflops\":%.1f,"
-                 "\"fp8_tflops\":%.1f}\n",
-                 c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
+                 "{\"kind\":\"ceilings\",\"device\":\"%s\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,"
+                 "\"bf16_tflops\":%.1f,\"fp8_tflops\":%.1f}\n",
+                 json_text(device).c_str(), c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const bool modes = o.modes();
   std::printf("\n%-4s %6s %7s %5s %-9s ", "EP", "T", "pairs", "exps", "config");

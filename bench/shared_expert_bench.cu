@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
   const double read_bw = measure_read_bandwidth(int64_t(2) << 30, 10);
   const double peak = measure_bf16_gemm_flops(8192, 8192, 8192, 5);
+  std::printf("device: %s\n", device_description().c_str());
   std::printf("ceilings: HBM read %.2f TB/s, BF16 dense %.0f TFLOP/s\n\n", read_bw / 1e12, peak / 1e12);
   std::printf("| geometry | T | BF16 us | FP8 us | FP8 speed-up | BF16 device us | FP8 device us | device speed-up | "
               "FP8 roofline us | FP8 fraction | FP8 device us: split / GEMV / wgmma / dequant + GEMM | "

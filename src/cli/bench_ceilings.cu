@@ -1,5 +1,7 @@
 // Ceilings for the benchmark's roofline (see bench_ceilings.hpp).
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include <cublasLt.h>
@@ -49,6 +51,16 @@ void check_lt(cublasStatus_t s, const char* what) {
 }
 
 }  // namespace
+
+std::string device_description() {
+  int device = 0;
+  NVFP4_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  NVFP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  char tail[64];
+  std::snprintf(tail, sizeof tail, ", %d SMs, L2 %.0f MB", prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  return std::string(prop.name) + tail;
+}
 
 double median_time_us(int iters, const std::function<void()>& fn) {
   CudaEvent a, b;

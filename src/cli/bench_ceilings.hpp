@@ -3,14 +3,19 @@
 // streaming sum over a buffer far larger than L2), device copy bandwidth
 // (read + write, the ceiling of a kernel that writes what it reads, like the
 // activation staging), dense BF16 GEMM throughput (cuBLAS, FP32
-// accumulation), dense FP8 GEMM throughput (cuBLASLt, E4M3), and the timing
-// they share.
+// accumulation), dense FP8 GEMM throughput (cuBLASLt, E4M3), the timing
+// they share, and the device they were measured on.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace nvfp4moe::cuda {
+
+// The current device as a benchmark's output names it: "NAME, N SMs, L2 M MB"
+// (timings compare only between runs on the same kind of device).
+std::string device_description();
 
 // Median time in microseconds of `iters` runs of fn on the default stream,
 // each between two events, after one warm-up run.

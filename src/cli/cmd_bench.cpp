@@ -282,13 +282,11 @@ int cmd_bench(int argc, char** argv) {
   NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
   const int device = int(args.get_int("device", 0));
   NVFP4_CUDA_CHECK(cudaSetDevice(device));
-  cudaDeviceProp prop{};
-  NVFP4_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   Ceilings ceil;
   const bool measured = !args.has("no-ceilings");
   ceil.read_bps = measured ? cuda::measure_read_bandwidth(int64_t(4) << 30, 5) : 4.41e12;
   ceil.bf16_flops = measured ? cuda::measure_bf16_gemm_flops(8192, 8192, 8192, 5) : 789e12;
-  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6);
+  std::printf("device: %s\n", cuda::device_description().c_str());
   std::printf("ceilings (%s): HBM read %.2f TB/s, BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
               measured ? "measured now" : "design figures, not measured", ceil.read_bps / 1e12, ceil.bf16_flops / 1e12);
   const uint64_t seed = uint64_t(args.get_int("seed", 1234));

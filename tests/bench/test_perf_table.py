@@ -117,6 +117,22 @@ class PerfTable(unittest.TestCase):
         self.assertEqual(table_rows(text, "ep8")[0][4], "none")
         self.assertEqual([r[4] for r in table_rows(text, "ep1")], ["fp8"])
 
+    def test_ceilings_name_the_device_when_the_run_does(self):
+        device = "NVIDIA H100 80GB HBM3, 132 SMs, L2 52 MB"
+        named = dict(CEILINGS, device=device)
+        text = self.run_table("--routed", "{r}", r=self.json_lines([named, routed_row(1, 6, 100.0, 110.0)]))
+        self.assertIn(f"Ceilings measured in the same run on {device}: HBM read 4.00 TB/s", text)
+        text = self.run_table("--routed", "{r}", r=self.json_lines([CEILINGS, routed_row(1, 6, 100.0, 110.0)]))
+        self.assertIn("Ceilings measured in the same run: HBM read 4.00 TB/s", text)
+        head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
+        layer = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
+        log = (f"device: {device}\n"
+               "ceilings (measured now): HBM read 3.18 TB/s, BF16 GEMM 784 TFLOP/s (cuBLAS 8192^3)\n")
+        text = self.run_table("--layer", "{layer}", "--layer-log", "{log}", layer=layer, log=log)
+        self.assertIn(f"Ceilings measured in the same run on {device}: HBM read 3.18 TB/s", text)
+        text = self.run_table("--layer", "{layer}", "--layer-log", "{log}", layer=layer, log=log.split("\n", 1)[1])
+        self.assertIn("Ceilings measured in the same run: HBM read 3.18 TB/s", text)
+
     def test_ep_log_tables_with_breakdown_and_deepgemm(self):
         # Two runs as `bench --ep R` prints them: eager with its breakdown, then a graph run without.
         log = (
