@@ -209,7 +209,9 @@ class EpRank {
                                    .tiles = tiles_.get(),
                                    .num_tiles = num_tiles_.get(),
                                    .pair_weights = area<float>(own, L_.recv_weight),
-                                   .pairs_bound = F_.recv_capacity},
+                                   .pairs_bound = F_.recv_capacity,
+                                   .pairs_planned = cuda::planned_pairs(int64_t(F_.ranks) * F_.max_tokens * F_.top_k,
+                                                                        F_.local_experts, F_.experts)},
                  cuda::PairOutput{.row_of_pair = out_rows_.get(), .bf16 = F_.combine_bytes == 2}, s);
   }
 

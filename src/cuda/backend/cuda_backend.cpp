@@ -100,7 +100,8 @@ class CudaMoeBackend final : public MoeBackendImpl {
                             .tiles = groups_.tiles.get(),
                             .num_tiles = groups_.num_tiles.get(),
                             .pair_weights = weights,
-                            .pairs_bound = T * k},
+                            .pairs_bound = T * k,
+                            .pairs_planned = cuda::planned_pairs(T * k, routed_.local_experts(), cfg_.experts)},
                 PairOutput{.rows = y_pair_.get()}, s);
     // 4. Shared expert, on the unquantized x.
     shared_.run(x.data, x_bf16, T, y_shared_.get(), s);

@@ -30,12 +30,13 @@ constexpr int64_t kNarrowMaxPerExpert = 8;
 
 }  // namespace
 
-ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has_fragment, bool decode_supported,
-                                    const char* forced) {
+ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, int64_t pairs_planned, bool has_fragment,
+                                    bool decode_supported, const char* forced) {
   NVFP4_CHECK(local > 0, "choose_expert_gemm: local_experts must be positive, got ", local);
   using C = ExpertGemmCandidate;
   const int64_t all = std::max<int64_t>(0, pairs_bound);
   ExpertGemmChoice out;
+  out.decode_sized_for = pairs_planned < 0 ? all : std::min(pairs_planned, all);
   const bool decode = has_fragment && decode_supported;
   const bool named = forced && *forced;
   NVFP4_CHECK(!named || std::strcmp(forced, "wgmma") == 0 || std::strcmp(forced, "narrow") == 0 ||
@@ -52,6 +53,7 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
     out.candidates[out.count++] = C{k, -1, all};
     return out;
   }
+  out.decode_sized_for = std::min(out.decode_sized_for, kDecodeMaxPerExpert * local);
   const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
   const int64_t narrow_max = kNarrowMaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Narrow, decode_max, narrow_max}, {C::Wgmma, narrow_max, all}};
@@ -60,6 +62,13 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, bool has
     if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
   }
   return out;
+}
+
+int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts) {
+  NVFP4_CHECK(slots >= 0 && local_experts >= 1 && experts >= local_experts, "planned_pairs: ", slots, " slots, ",
+              local_experts, " local experts of ", experts);
+  const int64_t share = (slots * local_experts + experts - 1) / experts;  // ceil: uniform routing
+  return std::min(slots, 2 * share);
 }
 
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_prefill_gemm_prepare(local_experts); }
@@ -82,11 +91,12 @@ ExpertGemmCandidate::Kind ExpertGemmChoice::kind_for(int64_t live) const {
   NVFP4_FAIL("ExpertGemmChoice: no candidate for ", live, " live pairs");
 }
 
-ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const FragmentWeights* gate_up,
-                                    const FragmentWeights* down) {
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, int64_t pairs_planned,
+                                    const FragmentWeights* gate_up, const FragmentWeights* down) {
   NVFP4_CHECK(!gate_up == !down, "expert_gemm_choice: both projections or neither in the fragment layout");
   const bool decode = gate_up && sm90_nvfp4_decode_fits(gate_up->geometry, down->geometry);
-  return choose_expert_gemm(local_experts, pairs_bound, gate_up != nullptr, decode, std::getenv("NVFP4MOE_GEMM"));
+  return choose_expert_gemm(local_experts, pairs_bound, pairs_planned, gate_up != nullptr, decode,
+                            std::getenv("NVFP4MOE_GEMM"));
 }
 
 void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragment, const ExpertGemmChoice& choice,
@@ -109,7 +119,8 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragmen
         grouped_gemm_ref(p, stream);
         break;
       case ExpertGemmCandidate::Decode:
-        sm90_nvfp4_decode_gemm(p, *fragment, sm90_nvfp4_decode_gemm_config(c.at_most, local), stream);
+        sm90_nvfp4_decode_gemm(p, *fragment,
+                               sm90_nvfp4_decode_gemm_config(std::min(c.at_most, choice.decode_sized_for), local), stream);
         break;
       case ExpertGemmCandidate::Narrow:
         sm90_nvfp4_prefill_gemm(p, *fragment, Sm90PrefillGemmConfig{.block_n = 32, .blocks = TokenBlocks::All}, stream);

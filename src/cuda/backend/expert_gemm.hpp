@@ -49,6 +49,10 @@ struct ExpertGemmCandidate {
 struct ExpertGemmChoice {
   ExpertGemmCandidate candidates[3];
   int count = 0;
+  // The live pairs the decode kernel's items are sized for
+  // (sm90_nvfp4_decode_gemm_config): the planned count, at most the decode
+  // candidate's bound. Any count runs correctly in any configuration.
+  int64_t decode_sized_for = 0;
   // The order its operand rows must be written in (operand_order.hpp), decided on the device alike.
   OperandOrder operand_order(const int32_t* live_pairs) const;
   // Host mirror (tests): the kind that runs when `live` pairs are live.
@@ -56,9 +60,19 @@ struct ExpertGemmChoice {
 };
 // has_fragment: weights in the fragment layout (else: tile layout, the simple
 // kernel); decode_supported: the decode kernel takes their K. forced: the
-// value of NVFP4MOE_GEMM (null or empty: none).
-ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, bool has_fragment,
-                                    bool decode_supported, const char* forced);
+// value of NVFP4MOE_GEMM (null or empty: none). pairs_planned: the live pairs
+// the forward is expected to have (planned_pairs; negative: pairs_bound),
+// which sizes the decode kernel's items; the candidates follow the bound.
+ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, int64_t pairs_planned,
+                                    bool has_fragment, bool decode_supported, const char* forced);
+
+// The live pairs to plan a forward for when `slots` (token, slot) pairs can
+// reach `local_experts` of `experts`: twice their share under uniform routing,
+// at most all of them. A rank of an expert-parallel layer, or a Moe holding a
+// slice of the experts, sees a bound R times (E / local times) the pairs it
+// usually gets; a decode configuration sized for the bound is slower for the
+// usual count (EP8 T = 8: 2x2 items where 1x2 fit, docs/performance.md).
+int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts);
 
 // Once per owner of weights, before the first run_expert_gemm and outside any
 // stream capture: kernel attributes for up to `local_experts` experts.
@@ -67,9 +81,9 @@ void prepare_expert_gemm(int64_t local_experts);
 // The choice for a forward, made once for both projections (the operand
 // order must agree): gate_up / down the fragment-layout weights or null,
 // pairs_bound the most live pairs it can have (T * k, or the receive
-// capacity); reads NVFP4MOE_GEMM.
-ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, const FragmentWeights* gate_up,
-                                    const FragmentWeights* down);
+// capacity), pairs_planned as in choose_expert_gemm; reads NVFP4MOE_GEMM.
+ExpertGemmChoice expert_gemm_choice(int64_t local_experts, int64_t pairs_bound, int64_t pairs_planned,
+                                    const FragmentWeights* gate_up, const FragmentWeights* down);
 
 // Queues the candidates of `choice`. plan: tiles/num_tiles and
 // offsets/local_experts filled, plan.weights the tile layout when `fragment`

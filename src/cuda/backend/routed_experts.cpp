@@ -170,7 +170,8 @@ RoutedExperts::Plan RoutedExperts::plan(const RoutedInput& in, const RoutedPairs
   Plan p;
   // The GEMMs of this forward (chosen on the device from the live pair
   // count), and the column order they want their operand rows in.
-  p.gemm = expert_gemm_choice(local, pairs.pairs_bound, fragments(Projection::GateUp), fragments(Projection::Down));
+  p.gemm = expert_gemm_choice(local, pairs.pairs_bound, pairs.pairs_planned, fragments(Projection::GateUp),
+                              fragments(Projection::Down));
   // The FP8 form makes its operand from logical-order BF16 rows (the decode kernel's order too).
   const OperandOrder order = fp8_ ? OperandOrder{} : p.gemm.operand_order(live_pairs);
   p.expand = in.codes != nullptr;

@@ -86,6 +86,7 @@ struct RoutedPairs {
   const int32_t* num_tiles = nullptr;      // device
   const float* pair_weights = nullptr;     // [pairs] routing weight w_j
   int64_t pairs_bound = 0;                 // host: the most live positions this forward can have
+  int64_t pairs_planned = -1;              // host: the live positions expected (planned_pairs); -1: the bound
 };
 
 class RoutedExperts {

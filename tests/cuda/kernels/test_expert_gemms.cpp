@@ -373,7 +373,8 @@ void run_and_check(const Problem& p, const KernelUnderTest& kut, const char* wha
   // The operand order the kernel reads (operand_order.hpp): k-slot order for wgmma, as the staging
   // kernels would write it for the same device-side choice.
   const FragmentWeights m1{dc1.get(), ds1.get(), g1}, m2{dc2.get(), ds2.get(), g2};
-  const ExpertGemmChoice choice = expert_gemm_choice(p.E, kut.pairs_bound, has_fragment ? &m1 : nullptr, has_fragment ? &m2 : nullptr);
+  const ExpertGemmChoice choice =
+      expert_gemm_choice(p.E, kut.pairs_bound, -1, has_fragment ? &m1 : nullptr, has_fragment ? &m2 : nullptr);
   int64_t live = 0;
   for (int32_t id : p.ids) live += id >= 0;
   using K = ExpertGemmCandidate;
@@ -700,18 +701,18 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
 
 TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
   using K = ExpertGemmCandidate;
-  ExpertGemmChoice c = choose_expert_gemm(48, 6, true, true, nullptr);  // T=1, EP8: decode only, no device choice
+  ExpertGemmChoice c = choose_expert_gemm(48, 6, -1, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   expect_partition(c, 6);
-  c = choose_expert_gemm(48, 4 * 48, true, true, nullptr);  // the boundary: still decode only
+  c = choose_expert_gemm(48, 4 * 48, -1, true, true, nullptr);  // the boundary: still decode only
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 4 * 48 + 1, true, true, nullptr);  // one pair more: the device decides
+  c = choose_expert_gemm(48, 4 * 48 + 1, -1, true, true, nullptr);  // one pair more: the device decides
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[1].kind, K::Narrow);
   expect_partition(c, 4 * 48 + 1);
-  c = choose_expert_gemm(48, 1680, true, true, nullptr);  // 280 tokens with -1 slots: all three queued
+  c = choose_expert_gemm(48, 1680, -1, true, true, nullptr);  // 280 tokens with -1 slots: all three queued
   ASSERT_EQ(c.count, 3);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
@@ -723,18 +724,52 @@ TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
   EXPECT_EQ(c.kind_for(4 * 48 + 1), K::Narrow);
   EXPECT_EQ(c.kind_for(8 * 48), K::Narrow);
   EXPECT_EQ(c.kind_for(8 * 48 + 1), K::Wgmma);
-  c = choose_expert_gemm(48, 8192 * 6, true, false, nullptr);  // K the decode kernel cannot split: prefill from zero
+  c = choose_expert_gemm(48, 8192 * 6, -1, true, false, nullptr);  // K the decode kernel cannot split: prefill from zero
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Narrow);
   EXPECT_EQ(c.candidates[1].kind, K::Wgmma);
   expect_partition(c, 8192 * 6);
-  c = choose_expert_gemm(48, 8192 * 6, false, false, nullptr);  // no fragment layout: the simple kernel, alone
+  c = choose_expert_gemm(48, 8192 * 6, -1, false, false, nullptr);  // no fragment layout: the simple kernel, alone
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Simple);
   expect_partition(c, 8192 * 6);
-  c = choose_expert_gemm(384, 0, true, true, nullptr);  // nothing can be live
+  c = choose_expert_gemm(384, 0, -1, true, true, nullptr);  // nothing can be live
   ASSERT_EQ(c.count, 1);
   expect_partition(c, 0);
+}
+
+// The decode kernel's items are sized for the planned pairs, not the bound:
+// one EP8 rank (48 of 384 experts) of a forward of 8 tokens a rank can be
+// sent 384 pairs but usually gets ~48.
+TEST(ExpertGemmChoice, DecodeConfigurationFollowsThePlannedPairs) {
+  EXPECT_EQ(planned_pairs(6, 384, 384), 6);        // every expert local: the bound itself
+  EXPECT_EQ(planned_pairs(48, 48, 384), 12);       // EP8 T=1: twice the uniform share of 48 slots
+  EXPECT_EQ(planned_pairs(384, 48, 384), 96);      // EP8 T=8
+  EXPECT_EQ(planned_pairs(7, 48, 384), 2);         // the share rounds up: ceil(0.875) = 1
+  EXPECT_EQ(planned_pairs(0, 48, 384), 0);
+  EXPECT_ERROR_CONTAINS(planned_pairs(6, 48, 8), "48 local experts of 8");
+  EXPECT_ERROR_CONTAINS(planned_pairs(-1, 48, 384), "-1 slots");
+
+  ExpertGemmChoice c = choose_expert_gemm(48, 48, -1, true, true, nullptr);
+  EXPECT_EQ(c.decode_sized_for, 48);  // no plan: the bound
+  c = choose_expert_gemm(48, 48, planned_pairs(48, 48, 384), true, true, nullptr);
+  ASSERT_EQ(c.count, 1);
+  EXPECT_EQ(c.candidates[0].at_most, 48);  // the candidates still cover the bound
+  EXPECT_EQ(c.decode_sized_for, 12);
+  EXPECT_EQ(sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48).m_tiles, 1);  // 1x1, where 48 pairs take 1x2
+  EXPECT_EQ(sm90_nvfp4_decode_gemm_config(48, 48).m_tiles, 2);
+  c = choose_expert_gemm(48, 384, planned_pairs(384, 48, 384), true, true, nullptr);
+  ASSERT_EQ(c.count, 2);  // decode up to 192 pairs, then narrow
+  EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
+  EXPECT_EQ(c.decode_sized_for, 96);
+  const Sm90DecodeGemmConfig planned = sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48);
+  const Sm90DecodeGemmConfig bound = sm90_nvfp4_decode_gemm_config(c.candidates[0].at_most, 48);
+  EXPECT_EQ(planned.n_tiles * 10 + planned.m_tiles, 12);  // 1x2 for 2 pairs an expert
+  EXPECT_EQ(bound.n_tiles * 10 + bound.m_tiles, 22);      // 2x2 for the decode range's 4
+  c = choose_expert_gemm(48, 1680, 5000, true, true, nullptr);  // a plan above the bound: the bound
+  EXPECT_EQ(c.decode_sized_for, 4 * 48);
+  c = choose_expert_gemm(48, 1680, 100, true, true, "decode");  // forced: the plan still sizes the items
+  EXPECT_EQ(c.decode_sized_for, 100);
 }
 
 // Layers of different sizes in one process: preparing a small one after a
@@ -780,13 +815,13 @@ TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
   const FragmentWeights l2{&byte, &byte, fragment_geometry(Projection::Down, 1024, 512)};    // K = I = 512: it does not
   ASSERT_TRUE(sm90_nvfp4_decode_gemm_supports(l1.geometry));
   ASSERT_FALSE(sm90_nvfp4_decode_gemm_supports(l2.geometry));
-  ExpertGemmChoice c = expert_gemm_choice(4, 8, &l1, &l2);
+  ExpertGemmChoice c = expert_gemm_choice(4, 8, -1, &l1, &l2);
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Narrow);  // 2 pairs a expert: the prefill kernel, narrow
   const FragmentWeights l2ok{&byte, &byte, fragment_geometry(Projection::Down, 1024, 1024)};
-  c = expert_gemm_choice(4, 8, &l1, &l2ok);
+  c = expert_gemm_choice(4, 8, -1, &l1, &l2ok);
   EXPECT_EQ(c.candidates[0].kind, ExpertGemmCandidate::Decode);
-  EXPECT_ERROR_CONTAINS(expert_gemm_choice(4, 8, &l1, nullptr), "both projections");
+  EXPECT_ERROR_CONTAINS(expert_gemm_choice(4, 8, -1, &l1, nullptr), "both projections");
 }
 
 // The operand order follows the kernel that will run: logical for decode and
@@ -795,22 +830,22 @@ TEST(ExpertGemmChoice, DecodeNeedsBothProjections) {
 TEST(ExpertGemmChoice, OperandOrderFollowsTheKernelThatRuns) {
   int32_t live = 0;  // stands for the device count: only its address is taken
   auto kslot = [](const OperandOrder& o, int64_t n) { return o.live_pairs ? n > o.kslot_above : o.kslot_above < 0; };
-  OperandOrder o = choose_expert_gemm(48, 6, true, true, nullptr).operand_order(&live);  // decode alone
+  OperandOrder o = choose_expert_gemm(48, 6, -1, true, true, nullptr).operand_order(&live);  // decode alone
   EXPECT_EQ(o.live_pairs, nullptr);
   EXPECT_FALSE(kslot(o, 6));
-  o = choose_expert_gemm(48, 6, true, true, "wgmma").operand_order(&live);  // wgmma alone
+  o = choose_expert_gemm(48, 6, -1, true, true, "wgmma").operand_order(&live);  // wgmma alone
   EXPECT_EQ(o.live_pairs, nullptr);
   EXPECT_TRUE(kslot(o, 0));
-  o = choose_expert_gemm(48, 8192 * 6, false, false, nullptr).operand_order(&live);  // simple kernel
+  o = choose_expert_gemm(48, 8192 * 6, -1, false, false, nullptr).operand_order(&live);  // simple kernel
   EXPECT_FALSE(kslot(o, 8192 * 6));
-  const ExpertGemmChoice c = choose_expert_gemm(48, 8192 * 6, true, true, nullptr);
+  const ExpertGemmChoice c = choose_expert_gemm(48, 8192 * 6, -1, true, true, nullptr);
   o = c.operand_order(&live);
   EXPECT_EQ(o.live_pairs, &live);
   for (int64_t n : {int64_t(0), int64_t(16 * 48), int64_t(16 * 48 + 1), int64_t(8192 * 6)}) {
     const ExpertGemmCandidate::Kind k = c.kind_for(n);
     EXPECT_EQ(kslot(o, n), ExpertGemmCandidate::prefill(k)) << n << " live pairs";
   }
-  o = choose_expert_gemm(48, 8192 * 6, true, false, nullptr).operand_order(&live);  // wgmma from zero pairs
+  o = choose_expert_gemm(48, 8192 * 6, -1, true, false, nullptr).operand_order(&live);  // wgmma from zero pairs
   EXPECT_TRUE(kslot(o, 0));
 }
 
@@ -821,26 +856,26 @@ TEST(ExpertGemmChoice, MayBeKslotMirrorsTheDeviceRule) {
   EXPECT_TRUE((OperandOrder{nullptr, -1}.may_be_kslot()));                              // always k-slot
   EXPECT_TRUE((OperandOrder{&live, 5}.may_be_kslot()));                                 // decided by the count
   EXPECT_FALSE((OperandOrder{&live, std::numeric_limits<int32_t>::max()}.may_be_kslot()));  // no count exceeds it
-  EXPECT_FALSE(choose_expert_gemm(48, 6, true, true, nullptr).operand_order(&live).may_be_kslot());  // decode only
-  EXPECT_TRUE(choose_expert_gemm(48, 8192 * 6, true, true, nullptr).operand_order(&live).may_be_kslot());
+  EXPECT_FALSE(choose_expert_gemm(48, 6, -1, true, true, nullptr).operand_order(&live).may_be_kslot());  // decode only
+  EXPECT_TRUE(choose_expert_gemm(48, 8192 * 6, -1, true, true, nullptr).operand_order(&live).may_be_kslot());
 }
 
 TEST(ExpertGemmChoice, ForcedKernelAndBadNames) {
   using K = ExpertGemmCandidate;
-  ExpertGemmChoice c = choose_expert_gemm(48, 4096, true, true, "decode");
+  ExpertGemmChoice c = choose_expert_gemm(48, 4096, -1, true, true, "decode");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 4096, true, false, "decode");  // decode cannot take the shape: wgmma
+  c = choose_expert_gemm(48, 4096, -1, true, false, "decode");  // decode cannot take the shape: wgmma
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
-  c = choose_expert_gemm(48, 6, true, true, "wgmma");
+  c = choose_expert_gemm(48, 6, -1, true, true, "wgmma");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Wgmma);
-  c = choose_expert_gemm(48, 4096, true, true, "narrow");
+  c = choose_expert_gemm(48, 4096, -1, true, true, "narrow");
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Narrow);
-  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, true, true, "fast"), "NVFP4MOE_GEMM=fast");
-  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, false, false, "fast"), "NVFP4MOE_GEMM=fast");
-  EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, true, true, nullptr), "got 0");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, -1, true, true, "fast"), "NVFP4MOE_GEMM=fast");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(48, 6, -1, false, false, "fast"), "NVFP4MOE_GEMM=fast");
+  EXPECT_ERROR_CONTAINS(choose_expert_gemm(0, 6, -1, true, true, nullptr), "got 0");
 }
 
 TEST(Sm90DecodeGemmHeuristic, ConfigFromTokensPerExpert) {
@@ -928,9 +963,9 @@ TEST(Sm90PrefillGemmChecks, RejectsBadPlansNamingTheValue) {
   EXPECT_ERROR_CONTAINS(prepare_expert_gemm(5000), "local_experts=5000");
   p = good;
   p.offsets = nullptr;
-  EXPECT_ERROR_CONTAINS(run_expert_gemm(p, &w, choose_expert_gemm(3, 6, true, false, nullptr), nullptr),
+  EXPECT_ERROR_CONTAINS(run_expert_gemm(p, &w, choose_expert_gemm(3, 6, -1, true, false, nullptr), nullptr),
                         "plan.offsets");
-  EXPECT_ERROR_CONTAINS(run_expert_gemm(good, nullptr, choose_expert_gemm(3, 6, true, false, nullptr), nullptr),
+  EXPECT_ERROR_CONTAINS(run_expert_gemm(good, nullptr, choose_expert_gemm(3, 6, -1, true, false, nullptr), nullptr),
                         "fragment-layout weights");
 }
 
