@@ -67,8 +67,9 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, int64_t 
 int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts) {
   NVFP4_CHECK(slots >= 0 && local_experts >= 1 && experts >= local_experts, "planned_pairs: ", slots, " slots, ",
               local_experts, " local experts of ", experts);
-  const int64_t share = (slots * local_experts + experts - 1) / experts;  // ceil: uniform routing
-  return std::min(slots, 2 * share);
+  // 1.5 times the uniform share, rounded up: headroom for an uneven step
+  const int64_t planned = (3 * slots * local_experts + 2 * experts - 1) / (2 * experts);
+  return std::min(slots, planned);
 }
 
 void prepare_expert_gemm(int64_t local_experts) { sm90_nvfp4_prefill_gemm_prepare(local_experts); }

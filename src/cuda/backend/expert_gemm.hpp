@@ -67,11 +67,12 @@ ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, 
                                     bool has_fragment, bool decode_supported, const char* forced);
 
 // The live pairs to plan a forward for when `slots` (token, slot) pairs can
-// reach `local_experts` of `experts`: twice their share under uniform routing,
-// at most all of them. A rank of an expert-parallel layer, or a Moe holding a
-// slice of the experts, sees a bound R times (E / local times) the pairs it
-// usually gets; a decode configuration sized for the bound is slower for the
-// usual count (EP8 T = 8: 2x2 items where 1x2 fit, docs/performance.md).
+// reach `local_experts` of `experts`: 1.5 times their share under uniform
+// routing, at most all of them. A rank of an expert-parallel layer, or a Moe
+// holding a slice of the experts, sees a bound R times (E / local times) the
+// pairs it usually gets; a decode configuration sized for the bound is slower
+// for the usual count (EP8 T = 4: 2x2 items where 1x1 fit, 9 % slower;
+// docs/performance.md).
 int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts);
 
 // Once per owner of weights, before the first run_expert_gemm and outside any

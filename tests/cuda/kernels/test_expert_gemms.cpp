@@ -743,9 +743,9 @@ TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
 // sent 384 pairs but usually gets ~48.
 TEST(ExpertGemmChoice, DecodeConfigurationFollowsThePlannedPairs) {
   EXPECT_EQ(planned_pairs(6, 384, 384), 6);        // every expert local: the bound itself
-  EXPECT_EQ(planned_pairs(48, 48, 384), 12);       // EP8 T=1: twice the uniform share of 48 slots
-  EXPECT_EQ(planned_pairs(384, 48, 384), 96);      // EP8 T=8
-  EXPECT_EQ(planned_pairs(7, 48, 384), 2);         // the share rounds up: ceil(0.875) = 1
+  EXPECT_EQ(planned_pairs(48, 48, 384), 9);        // EP8 T=1: 1.5 times the uniform share (6) of 48 slots
+  EXPECT_EQ(planned_pairs(384, 48, 384), 72);      // EP8 T=8
+  EXPECT_EQ(planned_pairs(7, 48, 384), 2);         // rounded up: ceil(1.3125)
   EXPECT_EQ(planned_pairs(0, 48, 384), 0);
   EXPECT_ERROR_CONTAINS(planned_pairs(6, 48, 8), "48 local experts of 8");
   EXPECT_ERROR_CONTAINS(planned_pairs(-1, 48, 384), "-1 slots");
@@ -755,16 +755,16 @@ TEST(ExpertGemmChoice, DecodeConfigurationFollowsThePlannedPairs) {
   c = choose_expert_gemm(48, 48, planned_pairs(48, 48, 384), true, true, nullptr);
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].at_most, 48);  // the candidates still cover the bound
-  EXPECT_EQ(c.decode_sized_for, 12);
+  EXPECT_EQ(c.decode_sized_for, 9);
   EXPECT_EQ(sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48).m_tiles, 1);  // 1x1, where 48 pairs take 1x2
   EXPECT_EQ(sm90_nvfp4_decode_gemm_config(48, 48).m_tiles, 2);
   c = choose_expert_gemm(48, 384, planned_pairs(384, 48, 384), true, true, nullptr);
   ASSERT_EQ(c.count, 2);  // decode up to 192 pairs, then narrow
   EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
-  EXPECT_EQ(c.decode_sized_for, 96);
+  EXPECT_EQ(c.decode_sized_for, 72);
   const Sm90DecodeGemmConfig planned = sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48);
   const Sm90DecodeGemmConfig bound = sm90_nvfp4_decode_gemm_config(c.candidates[0].at_most, 48);
-  EXPECT_EQ(planned.n_tiles * 10 + planned.m_tiles, 12);  // 1x2 for 2 pairs an expert
+  EXPECT_EQ(planned.n_tiles * 10 + planned.m_tiles, 12);  // 1x2 for 1.5 pairs an expert
   EXPECT_EQ(bound.n_tiles * 10 + bound.m_tiles, 22);      // 2x2 for the decode range's 4
   c = choose_expert_gemm(48, 1680, 5000, true, true, nullptr);  // a plan above the bound: the bound
   EXPECT_EQ(c.decode_sized_for, 4 * 48);
