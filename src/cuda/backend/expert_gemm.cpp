@@ -13,14 +13,15 @@ namespace nvfp4moe::cuda {
 
 namespace {
 
-constexpr int64_t kDecodeMaxPerExpert = 4;
+constexpr int64_t kDecodeMaxPerExpert = 3;
 constexpr int64_t kNarrowMaxPerExpert = 8;
 // NOTES (measured on the H200): above it the Split launches everywhere.
 // With three consumer warpgroups in the 32-wide prefill kernel the decode
-// kernel wins only up to ~4 pairs per expert (one run, GEMMs us, decode /
+// kernel wins only up to 2-3 pairs per expert (one run, GEMMs us, decode /
 // 32-wide prefill: EP8 T=16 (2 a expert) 513 / 589, T=32 (4) 614 / 579,
 // T=64 (8) 687 / 586; EP1 T=128 (2) 3937 / 3898, T=256 (4) 4952 / 4596,
-// T=512 (8) 6072 / 5168); with two it won up to 16.
+// T=512 (8) 6072 / 5168; on an H100, EP8 T=32: the best decode
+// configuration 663-673, 32-wide 621-627); with two it won up to 16.
 // A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
 // slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
 // uniform: Split runs those experts' blocks 32 or 64 wide, never wider.

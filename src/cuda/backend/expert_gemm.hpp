@@ -13,7 +13,7 @@
 // range of live pairs (GroupedGemmPlan::live_pairs); all but one exit at once.
 // Ranges, in average tokens per local expert (measured on the H200,
 // docs/performance.md):
-//   <= 4: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
+//   <= 3: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
 //   <= 8: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
 //         launch, TokenBlocks::All)
 //   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last

@@ -699,29 +699,29 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
   EXPECT_EQ(c.candidates[c.count - 1].at_most, bound);
 }
 
-TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
+TEST(ExpertGemmChoice, DecodeUpToThreeTokensPerExpertNarrowUpToEightThenSplit) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 6, -1, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   expect_partition(c, 6);
-  c = choose_expert_gemm(48, 4 * 48, -1, true, true, nullptr);  // the boundary: still decode only
+  c = choose_expert_gemm(48, 3 * 48, -1, true, true, nullptr);  // the boundary: still decode only
   ASSERT_EQ(c.count, 1);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  c = choose_expert_gemm(48, 4 * 48 + 1, -1, true, true, nullptr);  // one pair more: the device decides
+  c = choose_expert_gemm(48, 3 * 48 + 1, -1, true, true, nullptr);  // one pair more: the device decides
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[1].kind, K::Narrow);
-  expect_partition(c, 4 * 48 + 1);
+  expect_partition(c, 3 * 48 + 1);
   c = choose_expert_gemm(48, 1680, -1, true, true, nullptr);  // 280 tokens with -1 slots: all three queued
   ASSERT_EQ(c.count, 3);
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
-  EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
+  EXPECT_EQ(c.candidates[0].at_most, 3 * 48);
   EXPECT_EQ(c.candidates[1].kind, K::Narrow);
   EXPECT_EQ(c.candidates[1].at_most, 8 * 48);
   EXPECT_EQ(c.candidates[2].kind, K::Wgmma);
   expect_partition(c, 1680);
-  EXPECT_EQ(c.kind_for(4 * 48), K::Decode);
-  EXPECT_EQ(c.kind_for(4 * 48 + 1), K::Narrow);
+  EXPECT_EQ(c.kind_for(3 * 48), K::Decode);
+  EXPECT_EQ(c.kind_for(3 * 48 + 1), K::Narrow);
   EXPECT_EQ(c.kind_for(8 * 48), K::Narrow);
   EXPECT_EQ(c.kind_for(8 * 48 + 1), K::Wgmma);
   c = choose_expert_gemm(48, 8192 * 6, -1, true, false, nullptr);  // K the decode kernel cannot split: prefill from zero
@@ -739,8 +739,8 @@ TEST(ExpertGemmChoice, DecodeUpToFourTokensPerExpertNarrowUpToEightThenSplit) {
 }
 
 // The decode kernel's items are sized for the planned pairs, not the bound:
-// one EP8 rank (48 of 384 experts) of a forward of 8 tokens a rank can be
-// sent 384 pairs but usually gets ~48.
+// one EP8 rank (48 of 384 experts) of a forward of 4 tokens a rank can be
+// sent 192 pairs but usually gets ~24.
 TEST(ExpertGemmChoice, DecodeConfigurationFollowsThePlannedPairs) {
   EXPECT_EQ(planned_pairs(6, 384, 384), 6);        // every expert local: the bound itself
   EXPECT_EQ(planned_pairs(48, 48, 384), 9);        // EP8 T=1: 1.5 times the uniform share (6) of 48 slots
@@ -758,16 +758,16 @@ TEST(ExpertGemmChoice, DecodeConfigurationFollowsThePlannedPairs) {
   EXPECT_EQ(c.decode_sized_for, 9);
   EXPECT_EQ(sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48).m_tiles, 1);  // 1x1, where 48 pairs take 1x2
   EXPECT_EQ(sm90_nvfp4_decode_gemm_config(48, 48).m_tiles, 2);
-  c = choose_expert_gemm(48, 384, planned_pairs(384, 48, 384), true, true, nullptr);
-  ASSERT_EQ(c.count, 2);  // decode up to 192 pairs, then narrow
-  EXPECT_EQ(c.candidates[0].at_most, 4 * 48);
-  EXPECT_EQ(c.decode_sized_for, 72);
+  c = choose_expert_gemm(48, 192, planned_pairs(192, 48, 384), true, true, nullptr);  // EP8 T=4
+  ASSERT_EQ(c.count, 2);  // decode up to 144 pairs, then narrow
+  EXPECT_EQ(c.candidates[0].at_most, 3 * 48);
+  EXPECT_EQ(c.decode_sized_for, 36);
   const Sm90DecodeGemmConfig planned = sm90_nvfp4_decode_gemm_config(c.decode_sized_for, 48);
   const Sm90DecodeGemmConfig bound = sm90_nvfp4_decode_gemm_config(c.candidates[0].at_most, 48);
-  EXPECT_EQ(planned.n_tiles * 10 + planned.m_tiles, 12);  // 1x2 for 1.5 pairs an expert
-  EXPECT_EQ(bound.n_tiles * 10 + bound.m_tiles, 22);      // 2x2 for the decode range's 4
+  EXPECT_EQ(planned.n_tiles * 10 + planned.m_tiles, 11);  // 1x1 for 0.75 pairs an expert
+  EXPECT_EQ(bound.n_tiles * 10 + bound.m_tiles, 12);      // 1x2 for the decode range's 3
   c = choose_expert_gemm(48, 1680, 5000, true, true, nullptr);  // a plan above the bound: the bound
-  EXPECT_EQ(c.decode_sized_for, 4 * 48);
+  EXPECT_EQ(c.decode_sized_for, 3 * 48);
   c = choose_expert_gemm(48, 1680, 100, true, true, "decode");  // forced: the plan still sizes the items
   EXPECT_EQ(c.decode_sized_for, 100);
 }
