@@ -71,7 +71,8 @@ ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, 
 // routing, at most all of them. A rank of an expert-parallel layer, or a Moe
 // holding a slice of the experts, sees a bound R times (E / local times) the
 // pairs it usually gets; a decode configuration sized for the bound is slower
-// for the usual count (EP8 T = 4: 2x2 items where 1x1 fit, 9 % slower;
+// for the usual count (an EP8 rank at T = 4 gets 0.5 pairs an expert, where
+// 1x1 items are 2-9 % faster than the 1x2 / 2x2 of the bound's 3-4;
 // docs/performance.md).
 int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts);
 
