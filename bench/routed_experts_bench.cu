@@ -39,6 +39,7 @@
 
 #include "cli/bench_ceilings.hpp"
 #include "cli/bench_weights.hpp"
+#include "common/json.hpp"
 #include "common/splitmix.hpp"
 #include "cuda/backend/routed_experts.hpp"
 #include "cuda/cuda_check.hpp"
@@ -78,16 +79,6 @@ __global__ void fill_bf16(bf16* p, size_t n, uint64_t seed) {
 void fill(uint8_t* p, size_t n, uint64_t seed, int lo = 0, int span = 0) {
   fill_bytes<<<2048, 256>>>(p, n, seed, lo, span);
   NVFP4_CUDA_CHECK_LAUNCH("fill_bytes");
-}
-
-// s inside a JSON string: quotes and backslashes escaped, control bytes dropped.
-std::string json_text(const std::string& s) {
-  std::string out;
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
-  }
-  return out;
 }
 
 double median(std::vector<double> t) {
@@ -606,9 +597,9 @@ int main(int argc, char** argv) {
               c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   if (js)
     std::fprintf(js,
-                 "{\"kind\":\"ceilings\",\"device\":\"%s\",\"read_tbps\":%.4f,\"copy_tbps\":%.4f,"
+                 "{\"kind\":\"ceilings\",\"device\":%s,\"read_tbps\":%.4f,\"copy_tbps\":%.4f,"
                  "\"bf16_tflops\":%.1f,\"fp8_tflops\":%.1f}\n",
-                 json_text(device).c_str(), c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
+                 json::quote(device).c_str(), c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const bool modes = o.modes();
   std::printf("\n%-4s %6s %7s %5s %-9s ", "EP", "T", "pairs", "exps", "config");
