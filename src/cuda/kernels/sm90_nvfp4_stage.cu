@@ -541,7 +541,7 @@ void sm90_nvfp4_requant(const RequantRowsArgs& a, cudaStream_t stream) {
   s.deq_ld = a.deq_ld;
   s.deq_order = a.deq_order;
   s.mode = a.mode;
-  s.overlap_previous = true;  // the next GEMM's weights may stream during the previous one's tail
+  s.overlap_previous = true;  // its launch overlaps the gate/up GEMM's last CTAs; it waits before any access
   launch(s, a.rows_max, stream);
 }
 

@@ -1,7 +1,8 @@
 // The cuda backend with MXFP4 routed experts and the bf16 / fp8 activation
 // modes (docs/numerics.md §7) against the CPU backend: every format x mode,
-// decode and prefill token counts (T = 1, 8, 64: the decode kernel; 300,
-// 2048: the prefill kernel), the fragment and the tile layout. bf16 has no
+// decode and prefill token counts (T = 1, 8: the 32-wide prefill launch, as
+// this geometry's down K of 512 rules out the decode kernel; 64, 300, 2048:
+// the Split launches), the fragment and the tile layout. bf16 has no
 // quantization discontinuity, so it is held to a tighter bound than §8's.
 // MXFP4 experts the kernels cannot hold exactly are refused naming them.
 // Weights whose rows are E4M3 values times a power of two (MXFP4 over a
