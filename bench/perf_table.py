@@ -22,8 +22,10 @@ benchmarks' machine-readable output of one run:
                     pairs, experts, time_us, bytes, flops, roofline_us,
                     fraction; with --format / --act other than nvfp4 also
                     format, act, checkpoint_bytes, checkpoint_roofline_us,
-                    checkpoint_fraction), with --layer-log FILE its stdout
-                    for the device and ceilings lines.
+                    checkpoint_fraction; with --shared fp8 also shared; with
+                    --model other than dsv4-pro also model), with
+                    --layer-log FILE its stdout for the device and ceilings
+                    lines.
 
 Every input is optional; each table is written when its input is given. The
 roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense)
@@ -165,6 +167,10 @@ def routed_table(routed_path, baselines_path):
     return out
 
 
+# `nvfp4moe bench --model`: the name and the routed experts of each model.
+LAYER_MODELS = {"dsv4-pro": ("DeepSeek-V4-Pro", 384), "dsv4-flash": ("DeepSeek-V4-Flash", 256)}
+
+
 def layer_table(csv_path, log_path):
     out = []
     if log_path:
@@ -180,8 +186,10 @@ def layer_table(csv_path, log_path):
     out.append("| workload | T | format | act | shared expert | tokens | pairs | experts touched | forward us | GB "
                "| GFLOP | roofline us | fraction |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    model = "dsv4-pro"
     with open(csv_path) as f:
         for r in csv.DictReader(f):
+            model = r.get("model") or model  # the `model` column of --model other than dsv4-pro
             # The format's own roofline where the CSV has it (other formats than NVFP4 alone).
             roof_us = float(r.get("checkpoint_roofline_us") or r["roofline_us"])
             frac = float(r.get("checkpoint_fraction") or r["fraction"])
@@ -192,9 +200,10 @@ def layer_table(csv_path, log_path):
                        f"| {float(r['time_us']):.1f} | {float(r['bytes']) / 1e9:.3f} | {float(r['flops']) / 1e9:.1f} "
                        f"| {roof_us:.1f} | {percent(frac)} |")
     out.append("")
-    out.append("Forward: `Moe::forward` on the cuda backend with caller routing, median over rotated inputs. "
-               "ep8: one rank of 8 (48 local experts fed the pairs of 8T tokens, routed experts only); ep1: "
-               "all 384 experts and the shared expert. GB: the bytes the device reads (the touched experts at "
+    name, experts = LAYER_MODELS[model]
+    out.append(f"Forward: `Moe::forward` of a {name} layer on the cuda backend with caller routing, median over "
+               f"rotated inputs. ep8: one rank of 8 ({experts // 8} local experts fed the pairs of 8T tokens, "
+               f"routed experts only); ep1: all {experts} experts and the shared expert. GB: the bytes the device reads (the touched experts at "
                "4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared expert's weights for ep1: BF16, or FP8 "
                "with its tile factors). Roofline "
                "from the row's FLOPs and its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) "

@@ -1,17 +1,19 @@
-// `nvfp4moe bench`: times the cuda forward of a DeepSeek-V4-Pro MoE layer and
-// sets it against a roofline whose ceilings (HBM read bandwidth, dense BF16
-// GEMM rate) are measured in the same run.
+// `nvfp4moe bench`: times the cuda forward of a DeepSeek-V4-Pro MoE layer
+// (--model dsv4-flash: DeepSeek-V4-Flash's) and sets it against a roofline
+// whose ceilings (HBM read bandwidth, dense BF16 GEMM rate) are measured in
+// the same run.
 //
 // Workloads (caller-supplied uniform routing, so the router is not timed):
-//   ep8: one rank of 8 — a Moe of 48 local experts (of 384) fed the pairs it
-//        receives from 8T tokens x top-6 (slots of other ranks' experts -1,
-//        tokens with no local slot dropped); routed experts only, as the
-//        per-rank local compute of an expert-parallel layer;
-//   ep1: all 384 experts and the shared expert on one GPU, T tokens (its
+//   ep8: one rank of 8 — a Moe of an eighth of the experts (V4-Pro 48 of
+//        384, V4-Flash 32 of 256) fed the pairs it receives from 8T tokens x
+//        top-6 (slots of other ranks' experts -1, tokens with no local slot
+//        dropped); routed experts only, as the per-rank local compute of an
+//        expert-parallel layer;
+//   ep1: all the experts and the shared expert on one GPU, T tokens (its
 //        weights BF16, or with --shared fp8 block-scaled FP8 as both
 //        DeepSeek-V4 releases hold them).
 // Weights are random code bytes and sane scale bytes made directly (14 GB for
-// 384 experts), never quantized from dense values: NVFP4, or with --format
+// V4-Pro's 384 experts), never quantized from dense values: NVFP4, or with --format
 // mxfp4 MXFP4 as DeepSeek's release holds them (cli/bench_weights.hpp),
 // which the device reads at the checkpoint's 4.25 bits a weight; --act picks
 // the routed experts'
@@ -47,8 +49,9 @@ namespace nvfp4moe::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: nvfp4moe bench [--workload ep8|ep1|both] [--tokens 1,8,64,512,2048,8192]\n"
-    "                      [--iters 10] [--warmup 3] [--seed S] [--csv FILE] [--device N]\n"
+    "usage: nvfp4moe bench [--workload ep8|ep1|both] [--model dsv4-pro|dsv4-flash]\n"
+    "                      [--tokens 1,8,64,512,2048,8192] [--iters 10] [--warmup 3] [--seed S] [--csv FILE]\n"
+    "                      [--device N]\n"
     "                      [--format nvfp4|mxfp4] [--act nvfp4|bf16|fp8]   (routed experts' weights, activations)\n"
     "                      [--shared bf16|fp8]   (the shared expert's weights, ep1 and --ep; default bf16)\n"
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
@@ -160,10 +163,10 @@ struct Ceilings {
   double read_bps = 0, bf16_flops = 0;
 };
 
-void run_workload(const std::string& name, const std::vector<int64_t>& tlist, int iters, int warmup, uint64_t seed,
-                  int device, const Ceilings& ceil, Formats formats, std::vector<Row>& rows) {
+void run_workload(const std::string& name, const MoeConfig& model, const std::vector<int64_t>& tlist, int iters,
+                  int warmup, uint64_t seed, int device, const Ceilings& ceil, Formats formats, std::vector<Row>& rows) {
   const bool ep8 = name == "ep8";
-  MoeConfig c = dsv4_pro_config();
+  MoeConfig c = model;
   const int64_t first = 0, count = ep8 ? c.experts / 8 : c.experts;
   if (ep8) c.shared_experts = 0;  // per-rank local routed compute
   c.activation = formats.act;
@@ -264,11 +267,14 @@ int cmd_bench(int argc, char** argv) {
   if (mentions(argc, argv, "ep")) return cmd_bench_ep_cuda(argc, argv);
   const Args args(argc, argv,
                   {flag("help"), flag("no-ceilings"), choice("workload", {"ep8", "ep1", "both"}),
+                   choice("model", {"dsv4-pro", "dsv4-flash"}),
                    int_list("tokens", 1, 8192), integer("iters", 1, kMaxIters), integer("warmup", 0, kMaxIters),
                    integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex),
                    choice("format", {"nvfp4", "mxfp4"}), choice("act", {"nvfp4", "bf16", "fp8"}),
                    choice("shared", {"bf16", "fp8"})});
   const std::string workload = args.get("workload", "both");
+  const std::string model_name = args.get("model", "dsv4-pro");
+  const MoeConfig model = model_name == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
   const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   const Formats formats{parse_format_option(args.get("format", "nvfp4")),
@@ -276,7 +282,7 @@ int cmd_bench(int argc, char** argv) {
                         parse_shared_format_option(args.get("shared", "bf16"))};
   if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
-  (void)iters, (void)warmup, (void)formats;  // parsed and checked all the same
+  (void)iters, (void)warmup, (void)formats, (void)model;  // parsed and checked all the same
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else
   NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
@@ -287,12 +293,15 @@ int cmd_bench(int argc, char** argv) {
   ceil.read_bps = measured ? cuda::measure_read_bandwidth(int64_t(4) << 30, 5) : 4.41e12;
   ceil.bf16_flops = measured ? cuda::measure_bf16_gemm_flops(8192, 8192, 8192, 5) : 789e12;
   std::printf("device: %s\n", cuda::device_description().c_str());
+  std::printf("model: %s (H=%lld, I=%lld, %lld experts, top-%lld; ep8: %lld of them)\n", model_name.c_str(),
+              (long long)model.hidden, (long long)model.intermediate, (long long)model.experts,
+              (long long)model.top_k, (long long)model.experts / 8);
   std::printf("ceilings (%s): HBM read %.2f TB/s, BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
               measured ? "measured now" : "design figures, not measured", ceil.read_bps / 1e12, ceil.bf16_flops / 1e12);
   const uint64_t seed = uint64_t(args.get_int("seed", 1234));
   std::vector<Row> rows;
-  if (workload != "ep1") run_workload("ep8", tlist, iters, warmup, seed, device, ceil, formats, rows);
-  if (workload != "ep8") run_workload("ep1", tlist, iters, warmup, seed + 1, device, ceil, formats, rows);
+  if (workload != "ep1") run_workload("ep8", model, tlist, iters, warmup, seed, device, ceil, formats, rows);
+  if (workload != "ep8") run_workload("ep1", model, tlist, iters, warmup, seed + 1, device, ceil, formats, rows);
 
   // The default (NVFP4 weights and activations) prints what it always has;
   // other formats say what they are, and MXFP4 adds its checkpoint's roofline.
@@ -321,10 +330,13 @@ int cmd_bench(int argc, char** argv) {
   }
   if (auto csv = args.value("csv")) {
     // Other formats append theirs and the checkpoint's roofline, an FP8 shared
-    // expert a last column `shared` (bench/perf_table.py reads every form).
+    // expert a column `shared`, another model than V4-Pro a last column
+    // `model` (bench/perf_table.py reads every form).
+    const bool flash = model_name != "dsv4-pro";
     std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction";
     if (!formats.is_default()) text += ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction";
-    text += shared_fp8 ? ",shared\n" : "\n";
+    if (shared_fp8) text += ",shared";
+    text += flash ? ",model\n" : "\n";
     for (const Row& r : rows) {
       char line[512];
       std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f", r.workload.c_str(),
@@ -337,6 +349,7 @@ int cmd_bench(int argc, char** argv) {
         text += line;
       }
       if (shared_fp8) text += std::string(",") + r.shared;
+      if (flash) text += "," + model_name;
       text += "\n";
     }
     fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output

@@ -117,6 +117,21 @@ class PerfTable(unittest.TestCase):
         self.assertEqual(table_rows(text, "ep8")[0][4], "none")
         self.assertEqual([r[4] for r in table_rows(text, "ep1")], ["fp8"])
 
+    def test_layer_csv_model_column_names_the_model(self):
+        head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
+        pro = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
+        flash = (head + ",model\nep8,1,5,8,7,60.0,100000000,400000000,25.00,0.4167,dsv4-flash\n"
+                 "ep1,1,1,6,6,80.0,150000000,300000000,40.00,0.5000,dsv4-flash\n")
+        text = self.run_table("--layer", "{layer}", layer=pro)
+        self.assertIn("a DeepSeek-V4-Pro layer", text)
+        self.assertIn("(48 local experts", text)
+        self.assertIn("all 384 experts", text)
+        text = self.run_table("--layer", "{layer}", layer=flash)
+        self.assertIn("a DeepSeek-V4-Flash layer", text)
+        self.assertIn("(32 local experts", text)
+        self.assertIn("all 256 experts", text)
+        self.assertEqual(table_rows(text, "ep8")[0][12], "42 %")
+
     def test_ceilings_name_the_device_when_the_run_does(self):
         device = "NVIDIA H100 80GB HBM3, 132 SMs, L2 52 MB"
         named = dict(CEILINGS, device=device)

@@ -400,9 +400,9 @@ TEST(CliBench, GraphIsAnExpertParallelFlag) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in the usage: " << r.out;
 }
 
-// `bench --format` and `--act` take one of their names; any other value, an
-// empty one, a list, a repeat or a missing value is refused naming the option
-// and the value before any work (so before looking for a GPU).
+// `bench --format`, `--act` and `--model` take one of their names; any other
+// value, an empty one, a list, a repeat or a missing value is refused naming
+// the option and the value before any work (so before looking for a GPU).
 TEST(CliBench, FormatAndActValuesAreCheckedByName) {
   struct Bad {
     const char* args;
@@ -417,14 +417,16 @@ TEST(CliBench, FormatAndActValuesAreCheckedByName) {
                        Bad{"--act mxfp4", "--act: 'mxfp4' is not one of nvfp4, bf16, fp8"},
                        Bad{"--format mxfp4 --format nvfp4", "option --format is given twice"},
                        Bad{"--act fp8 --act=bf16", "option --act is given twice"},
-                       Bad{"--tokens 1 --act", "option --act needs a value"}}) {
+                       Bad{"--tokens 1 --act", "option --act needs a value"},
+                       Bad{"--model dsv4", "--model: 'dsv4' is not one of dsv4-pro, dsv4-flash"},
+                       Bad{"--model small", "--model: 'small' is not one of dsv4-pro, dsv4-flash"}}) {
     const CliResult r = run_cli(std::string("bench --workload ep8 ") + b.args);
     EXPECT_EQ(r.code, 1) << b.args;
     EXPECT_NE(r.err.find(b.says), std::string::npos) << b.args << ": " << r.err;
     EXPECT_EQ(r.err.find("CUDA"), std::string::npos) << b.args << " got as far as the device: " << r.err;
   }
   const CliResult r = run_cli("bench --help");
-  for (const char* usage : {"--format nvfp4|mxfp4", "--act nvfp4|bf16|fp8"})
+  for (const char* usage : {"--format nvfp4|mxfp4", "--act nvfp4|bf16|fp8", "--model dsv4-pro|dsv4-flash"})
     EXPECT_NE(r.out.find(usage), std::string::npos) << usage << " not in the usage: " << r.out;
 }
 

@@ -40,9 +40,9 @@ TEST(CliNoGpu, ConvertOnCudaIsRefusedBeforeAnyOutput) {
   EXPECT_FALSE(std::filesystem::exists(d / "out"));
 }
 
-// Every --format x --act of `bench` passes its option checks and stops at
-// the device, writing no CSV.
-TEST(CliNoGpu, BenchTakesEveryFormatAndModeUpToTheDevice) {
+// Every --format x --act of `bench`, and each --model, passes its option
+// checks and stops at the device, writing no CSV.
+TEST(CliNoGpu, BenchTakesEveryFormatModeAndModelUpToTheDevice) {
   SKIP_WITH_GPU();
   test::ScratchDir d;
   for (const char* f : {"nvfp4", "mxfp4"})
@@ -56,6 +56,14 @@ TEST(CliNoGpu, BenchTakesEveryFormatAndModeUpToTheDevice) {
           << args << ": " << r.err;
       EXPECT_FALSE(std::filesystem::exists(d / "b.csv")) << args;
     }
+  for (const char* model : {"dsv4-pro", "dsv4-flash"}) {
+    const std::string args = std::string("bench --workload both --tokens 1 --model ") + model;
+    const test::ToolRun r = test::run_tool(args + " --csv " + q(d / "b.csv"));
+    EXPECT_EQ(r.code, 1) << args;
+    EXPECT_TRUE(r.err.find("bench needs a CUDA device; none is available") != std::string::npos ||
+                r.err.find("bench needs the cuda backend; this build has none") != std::string::npos)
+        << args << ": " << r.err;
+  }
 }
 
 TEST(CliNoGpu, RunEpOnCudaSaysThereIsNoGpu) {
