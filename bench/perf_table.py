@@ -203,11 +203,10 @@ def layer_table(csv_path, log_path):
     name, experts = LAYER_MODELS[model]
     out.append(f"Forward: `Moe::forward` of a {name} layer on the cuda backend with caller routing, median over "
                f"rotated inputs. ep8: one rank of 8 ({experts // 8} local experts fed the pairs of 8T tokens, "
-               f"routed experts only); ep1: all {experts} experts and the shared expert. GB: the bytes the device reads (the touched experts at "
-               "4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared expert's weights for ep1: BF16, or FP8 "
-               "with its tile factors). Roofline "
-               "from the row's FLOPs and its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) "
-               "against the ceilings above.")
+               f"routed experts only); ep1: all {experts} experts and the shared expert. GB: the bytes the device "
+               "reads (the touched experts at 4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared "
+               "expert's weights for ep1: BF16, or FP8 with its tile factors). Roofline from the row's FLOPs and "
+               "its format's bytes (MXFP4: its checkpoint's 4.25 bits a weight) against the ceilings above.")
     return out
 
 

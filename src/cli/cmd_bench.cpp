@@ -164,7 +164,8 @@ struct Ceilings {
 };
 
 void run_workload(const std::string& name, const MoeConfig& model, const std::vector<int64_t>& tlist, int iters,
-                  int warmup, uint64_t seed, int device, const Ceilings& ceil, Formats formats, std::vector<Row>& rows) {
+                  int warmup, uint64_t seed, int device, const Ceilings& ceil, Formats formats,
+                  std::vector<Row>& rows) {
   const bool ep8 = name == "ep8";
   MoeConfig c = model;
   const int64_t first = 0, count = ep8 ? c.experts / 8 : c.experts;
