@@ -32,6 +32,7 @@
 #include "cli/args.hpp"
 #include "cli/bench_weights.hpp"
 #include "cli/commands.hpp"
+#include "cli/model_option.hpp"
 #include "common/splitmix.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -275,7 +276,7 @@ int cmd_bench(int argc, char** argv) {
                    choice("shared", {"bf16", "fp8"})});
   const std::string workload = args.get("workload", "both");
   const std::string model_name = args.get("model", "dsv4-pro");
-  const MoeConfig model = model_name == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
+  const MoeConfig model = model_option_config(model_name);
   const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
   const Formats formats{parse_format_option(args.get("format", "nvfp4")),

@@ -13,6 +13,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/model_option.hpp"
 #include "common/parallel.hpp"
 #include "nvfp4moe/error.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -29,13 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-MoeConfig model_config(const std::string& name) {
-  if (name == "small") return small_demo_config();
-  if (name == "dsv4-flash") return dsv4_flash_config();
-  if (name == "dsv4-pro") return dsv4_pro_config();
-  NVFP4_FAIL("--model: unknown model '", name, "', expected small, dsv4-flash or dsv4-pro");
-}
 
 double silu(double z) { return z / (1.0 + std::exp(-z)); }
 
@@ -226,7 +220,7 @@ int cmd_demo(int argc, char** argv) {
   // of host-side generation (measured: over 170 s for dsv4-pro on 16 cores)
   // and of the host reference.
   const std::string model = args.get("model", "small");
-  const MoeConfig cfg = model_config(model);
+  const MoeConfig cfg = model_option_config(model);
   // --tokens N or a list N1,N2,...: one forward (plus timed repeats) per count.
   const std::vector<int64_t> token_counts = args.get_int_list("tokens", "64");
   const int threads = int(args.get_int("threads", 0));  // 0: every core

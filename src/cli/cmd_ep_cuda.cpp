@@ -25,6 +25,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/model_option.hpp"
 #include "cli/run_inputs.hpp"
 #include "common/splitmix.hpp"
 #include "nvfp4moe/checkpoint.hpp"
@@ -92,10 +93,8 @@ struct EpBenchOptions {
 
 EpBenchOptions parse_ep_bench(const Args& args) {
   EpBenchOptions o;
-  o.model = args.get("model", "dsv4-pro");
-  NVFP4_CHECK(o.model == "dsv4-pro" || o.model == "dsv4-flash", "--model: dsv4-pro or dsv4-flash, got '", o.model,
-              "'");
-  o.cfg = o.model == "dsv4-flash" ? dsv4_flash_config() : dsv4_pro_config();
+  o.model = args.get("model", "dsv4-pro");  // a choice of dsv4-pro, dsv4-flash (bench options)
+  o.cfg = model_option_config(o.model);
   // --experts E: the geometry with fewer experts (e.g. one EP8 rank's 48 on one GPU).
   o.cfg.experts = args.get_int("experts", o.cfg.experts);
   NVFP4_CHECK(o.cfg.experts >= o.cfg.top_k, "--experts: need at least k=", o.cfg.top_k, " experts, got ",
