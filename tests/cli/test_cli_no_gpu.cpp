@@ -45,25 +45,20 @@ TEST(CliNoGpu, ConvertOnCudaIsRefusedBeforeAnyOutput) {
 TEST(CliNoGpu, BenchTakesEveryFormatModeAndModelUpToTheDevice) {
   SKIP_WITH_GPU();
   test::ScratchDir d;
-  for (const char* f : {"nvfp4", "mxfp4"})
-    for (const char* a : {"nvfp4", "bf16", "fp8"}) {
-      const std::string args = std::string("bench --workload ep8 --tokens 1 --format ") + f + " --act=" + a;
-      const test::ToolRun r = test::run_tool(args + " --csv " + q(d / "b.csv"));
-      EXPECT_EQ(r.code, 1) << args;
-      // With CUDA built but no device, or without the CUDA backend.
-      EXPECT_TRUE(r.err.find("bench needs a CUDA device; none is available") != std::string::npos ||
-                  r.err.find("bench needs the cuda backend; this build has none") != std::string::npos)
-          << args << ": " << r.err;
-      EXPECT_FALSE(std::filesystem::exists(d / "b.csv")) << args;
-    }
-  for (const char* model : {"dsv4-pro", "dsv4-flash"}) {
-    const std::string args = std::string("bench --workload both --tokens 1 --model ") + model;
+  auto stops_at_device = [&](const std::string& args) {
     const test::ToolRun r = test::run_tool(args + " --csv " + q(d / "b.csv"));
     EXPECT_EQ(r.code, 1) << args;
+    // With CUDA built but no device, or without the CUDA backend.
     EXPECT_TRUE(r.err.find("bench needs a CUDA device; none is available") != std::string::npos ||
                 r.err.find("bench needs the cuda backend; this build has none") != std::string::npos)
         << args << ": " << r.err;
-  }
+    EXPECT_FALSE(std::filesystem::exists(d / "b.csv")) << args;
+  };
+  for (const char* f : {"nvfp4", "mxfp4"})
+    for (const char* a : {"nvfp4", "bf16", "fp8"})
+      stops_at_device(std::string("bench --workload ep8 --tokens 1 --format ") + f + " --act=" + a);
+  for (const char* model : {"dsv4-pro", "dsv4-flash"})
+    stops_at_device(std::string("bench --workload both --tokens 1 --model ") + model);
 }
 
 TEST(CliNoGpu, RunEpOnCudaSaysThereIsNoGpu) {
