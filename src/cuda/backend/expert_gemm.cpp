@@ -121,8 +121,8 @@ void run_expert_gemm(const GroupedGemmPlan& plan, const FragmentWeights* fragmen
         grouped_gemm_ref(p, stream);
         break;
       case ExpertGemmCandidate::Decode:
-        sm90_nvfp4_decode_gemm(p, *fragment,
-                               sm90_nvfp4_decode_gemm_config(std::min(c.at_most, choice.decode_sized_for), local), stream);
+        // decode_sized_for is at most the candidate's bound (choose_expert_gemm).
+        sm90_nvfp4_decode_gemm(p, *fragment, sm90_nvfp4_decode_gemm_config(choice.decode_sized_for, local), stream);
         break;
       case ExpertGemmCandidate::Narrow:
         sm90_nvfp4_prefill_gemm(p, *fragment, Sm90PrefillGemmConfig{.block_n = 32, .blocks = TokenBlocks::All}, stream);
