@@ -334,11 +334,11 @@ int cmd_bench(int argc, char** argv) {
     // Other formats append theirs and the checkpoint's roofline, an FP8 shared
     // expert a column `shared`, another model than V4-Pro a last column
     // `model` (bench/perf_table.py reads every form).
-    const bool flash = model_name != "dsv4-pro";
+    const bool other_model = model_name != "dsv4-pro";
     std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction";
     if (!formats.is_default()) text += ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction";
     if (shared_fp8) text += ",shared";
-    text += flash ? ",model\n" : "\n";
+    text += other_model ? ",model\n" : "\n";
     for (const Row& r : rows) {
       char line[512];
       std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f", r.workload.c_str(),
@@ -351,7 +351,7 @@ int cmd_bench(int argc, char** argv) {
         text += line;
       }
       if (shared_fp8) text += std::string(",") + r.shared;
-      if (flash) text += "," + model_name;
+      if (other_model) text += "," + model_name;
       text += "\n";
     }
     fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output
