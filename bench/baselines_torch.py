@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch baselines for the routed-expert path of a DeepSeek-V4-Pro MoE layer.
+"""PyTorch baselines for the routed-expert path of a DeepSeek-V4 MoE layer.
 
-Same work as bench/routed_experts_bench.cu (H=7168, I=3072, top-6 uniform
+Same work as bench/routed_experts_bench.cu (--model dsv4-pro: H=7168,
+I=3072, 384 experts; dsv4-flash: H=4096, I=2048, 256 experts; top-6 uniform
 routing, SwiGLU with limit 10, weighted combine, no router and no shared
 expert):
 
@@ -11,9 +12,13 @@ expert):
 
 Each row is the median of CUDA-event timings after a warm-up. --json FILE
 writes one {"kind": "torch", ...} line per (experts, T), which
-bench/perf_table.py sets beside nvfp4moe's rows.
+bench/perf_table.py sets beside nvfp4moe's rows of the same model.
 
-    python3 bench/baselines_torch.py [--experts 48,384] [--tokens 1,8,64] [--reps 20] [--json FILE]
+    python3 bench/baselines_torch.py [--model dsv4-pro|dsv4-flash] [--experts 48,384]
+                                     [--tokens 1,8,64] [--reps 20] [--json FILE]
+
+--experts defaults to an eighth of the model's experts (EP8) and all of them
+(EP1).
 """
 import argparse
 import json
@@ -22,7 +27,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-H, I, K = 7168, 3072, 6
+# --model: hidden size, expert intermediate size, routed experts.
+MODELS = {"dsv4-pro": (7168, 3072, 384), "dsv4-flash": (4096, 2048, 256)}
+H, I, K = 7168, 3072, 6  # the model's H and I, set by main()
 LIMIT = 10.0
 
 
@@ -94,13 +101,14 @@ def moe_fp8(x, ids, w, w13q_t, s13, w2q_t, s2, E):
     return combine(o, order, w, x.shape[0])
 
 
-def run(experts, tokens, reps, out):
+def run(model, experts, tokens, reps, out):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     rows = []
     for E in experts:
-        ep = {48: "EP8", 384: "EP1"}.get(E, f"E{E}")
-        res = {T: {"ep": ep, "experts": E, "T": T} for T in tokens}
+        total = MODELS[model][2]
+        ep = "EP8" if 8 * E == total else ("EP1" if E == total else f"E{E}")
+        res = {T: {"model": model, "ep": ep, "experts": E, "T": T} for T in tokens}
         # BF16 weights ([E, N, K] row-major; the grouped GEMM takes the [E, K, N] transposed view).
         w13 = torch.empty(E, 2 * I, H, device="cuda", dtype=torch.bfloat16).normal_(0, 0.02, generator=gen)
         w2 = torch.empty(E, H, I, device="cuda", dtype=torch.bfloat16).normal_(0, 0.02, generator=gen)
@@ -140,13 +148,17 @@ def run(experts, tokens, reps, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--experts", default="48,384")
+    ap.add_argument("--model", default="dsv4-pro", choices=sorted(MODELS))
+    ap.add_argument("--experts", default=None, help="default: an eighth of the model's experts, and all")
     ap.add_argument("--tokens", default="1,8,64,512,2048,4096,8192")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None, help="write the rows as JSON lines here")
     a = ap.parse_args()
+    global H, I
+    H, I, total = MODELS[a.model]
+    experts = [int(v) for v in a.experts.split(",")] if a.experts else [total // 8, total]
     out = open(a.json, "w") if a.json else open("/dev/null", "w")
-    rows = run([int(v) for v in a.experts.split(",")], [int(v) for v in a.tokens.split(",")], a.reps, out)
+    rows = run(a.model, experts, [int(v) for v in a.tokens.split(",")], a.reps, out)
     for r in rows:
         print(f"{r['ep']:4} T={r['T']:5d}  bf16 {r.get('bf16_us', float('nan')):9.1f} us   "
               f"fp8 {r.get('fp8_us', float('nan')):9.1f} us")

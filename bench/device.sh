@@ -5,6 +5,9 @@
 #   docs/performance.md and a short summary, printed last.
 # Usage: bench/device.sh [--steps build,tests,sanitizer,bench,speed,modes,convert,quantize,quantize-dir,shared,bulk-copy,ep,python,profile,profile-decode]
 #                        [--tokens LIST] [--filter GTEST_FILTER] [--workload ep8|ep1|both]
+#                        [--model dsv4-pro|dsv4-flash]
+#   --model: the layer geometry of bench, speed and modes (EP8: an eighth of
+#          the model's experts, EP1: all of them); default dsv4-pro.
 #   bench: `nvfp4moe bench` (the whole layer forward) -> $OUT/bench.csv;
 #   speed: the routed-expert bench (target nvfp4moe_routed_bench) -> $OUT/routed.json
 #          and the PyTorch baselines (bench/baselines_torch.py) -> $OUT/torch.json;
@@ -29,12 +32,14 @@ STEPS="build,tests,sanitizer,bench"
 TOKENS="1,8,64,512,2048,8192"
 FILTER="*"  # every GPU test of this build (the NCCL ones skip: step ep runs them against torch's NCCL)
 WORKLOAD="both"
+MODEL="dsv4-pro"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
     --tokens) TOKENS="$2"; shift 2 ;;
     --filter) FILTER="$2"; shift 2 ;;
     --workload) WORKLOAD="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
     *) echo "device.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -95,7 +100,7 @@ fi
 if has_step bench; then
   if [[ -x "$BUILD/nvfp4moe" ]]; then
     set +e
-    timeout 270 "$BUILD/nvfp4moe" bench --workload "$WORKLOAD" --tokens "$TOKENS" --csv "$OUT/bench.csv" \
+    timeout 270 "$BUILD/nvfp4moe" bench --model "$MODEL" --workload "$WORKLOAD" --tokens "$TOKENS" --csv "$OUT/bench.csv" \
       > "$OUT/bench.log" 2> "$OUT/bench.err"
     rc=$?
     set -e
@@ -114,10 +119,10 @@ ROUTED_BENCH="$BUILD/bench/nvfp4moe_routed_bench"
 if has_step speed; then
   if [[ -x "$ROUTED_BENCH" ]]; then
     set +e
-    timeout 300 "$ROUTED_BENCH" --tokens "$TOKENS" --experts 48,384 --reps 10 --no-simple --json "$OUT/routed.json" \
+    timeout 300 "$ROUTED_BENCH" --model "$MODEL" --tokens "$TOKENS" --reps 10 --no-simple --json "$OUT/routed.json" \
       > "$OUT/routed.log" 2>&1
     rc=$?
-    PYTHONUNBUFFERED=1 timeout 240 python3 bench/baselines_torch.py --tokens "$TOKENS" --experts 48,384 \
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/baselines_torch.py --model "$MODEL" --tokens "$TOKENS" \
       --json "$OUT/torch.json" > "$OUT/baselines.log" 2>&1
     brc=$?
     set -e
@@ -141,8 +146,8 @@ MODES_TOKENS="1,8,64,512,2048"
 if has_step modes; then
   if [[ -x "$ROUTED_BENCH" ]]; then
     set +e
-    timeout 300 "$ROUTED_BENCH" --format nvfp4,mxfp4 --act nvfp4,bf16,fp8 --tokens "$MODES_TOKENS" \
-      --experts 48,384 --reps 10 --no-simple --json "$OUT/modes.json" > "$OUT/modes.log" 2>&1
+    timeout 300 "$ROUTED_BENCH" --model "$MODEL" --format nvfp4,mxfp4 --act nvfp4,bf16,fp8 --tokens "$MODES_TOKENS" \
+      --reps 10 --no-simple --json "$OUT/modes.json" > "$OUT/modes.log" 2>&1
     rc=$?
     set -e
     note "modes: routed bench rc=$rc ($(grep -c '"kind": *"ours"' "$OUT/modes.json" 2>/dev/null || true) rows)"

@@ -46,11 +46,10 @@ import math
 import re
 import sys
 
-# The routed bench's fixed geometry (DeepSeek-V4-Pro: H=7168, I=3072), used
-# only when a JSON line carries no "bytes" / "flops" of its own.
+# The routed bench's geometry when a JSON line names none (files before
+# --model: DeepSeek-V4-Pro, H=7168, I=3072).
 H, I = 7168, 3072
 NVFP4_BYTES_PER_VALUE = 0.5625  # 4-bit code + one UE4M3 byte per 16 values
-WORKLOAD = {48: "EP8 (48 experts)", 384: "EP1 (384 experts)"}
 FORMATS = ["nvfp4", "mxfp4"]  # the benches' names, in table order
 ACTS = ["nvfp4", "bf16", "fp8"]
 
@@ -60,8 +59,14 @@ def json_lines(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def workload_name(experts):
-    return WORKLOAD.get(experts, f"{experts} experts")
+def workload_name(r):
+    """EP8 / EP1 and the row's experts; files before --model carry no "ep" label for other counts."""
+    ep = r.get("ep") or {48: "EP8", 384: "EP1"}.get(r["experts"])
+    return f"{ep} ({r['experts']} experts)" if ep in ("EP8", "EP1") else f"{r['experts']} experts"
+
+
+def routed_shape(r):
+    return r.get("hidden", H), r.get("inter", I)
 
 
 def fmt(v, digits=1):
@@ -86,8 +91,9 @@ def routed_format(r):
 
 def routed_roofline_us(r, read_bps, bf16_flops):
     """Roofline of a routed row from the format's own weight bytes."""
-    weight_bytes = r.get("checkpoint_bytes", r.get("bytes", r["touched"] * 3.0 * H * I * NVFP4_BYTES_PER_VALUE))
-    flops = r.get("flops", 2.0 * r["pairs"] * 3.0 * H * I)
+    h, i = routed_shape(r)
+    weight_bytes = r.get("checkpoint_bytes", r.get("bytes", r["touched"] * 3.0 * h * i * NVFP4_BYTES_PER_VALUE))
+    flops = r.get("flops", 2.0 * r["pairs"] * 3.0 * h * i)
     return max(weight_bytes / read_bps, flops / bf16_flops) * 1e6
 
 
@@ -105,10 +111,11 @@ def format_comparison(ours, read_bps, bf16_flops):
     for n, m in pairs:
         rn, rm = routed_roofline_us(n, read_bps, bf16_flops), routed_roofline_us(m, read_bps, bf16_flops)
         fn, fm = rn / n["gemm_us"], rm / m["gemm_us"]
-        read_gb = m.get("device_bytes", m["touched"] * 3.0 * H * I * NVFP4_BYTES_PER_VALUE) / 1e9
+        h, i = routed_shape(m)
+        read_gb = m.get("device_bytes", m["touched"] * 3.0 * h * i * NVFP4_BYTES_PER_VALUE) / 1e9
         ckpt_gb = m["checkpoint_bytes"] / 1e9 if "checkpoint_bytes" in m else None
         kernel = n["config"] if n["config"] == m["config"] else f"{n['config']} / {m['config']}"
-        out.append(f"| {workload_name(m['experts'])} | {m['T']} | {routed_format(m)[1]} | {kernel} "
+        out.append(f"| {workload_name(m)} | {m['T']} | {routed_format(m)[1]} | {kernel} "
                    f"| {fmt(n['gemm_us'])} | {fmt(m['gemm_us'])} | {fmt(read_gb, 3)} | {fmt(ckpt_gb, 3)} "
                    f"| {percent(fn)} | {percent(fm)} | {fm / fn:.2f} | {percent(rn / n['graph_us'])} "
                    f"| {percent(rm / m['graph_us'])} |")
@@ -130,26 +137,32 @@ def routed_table(routed_path, baselines_path):
     if baselines_path:
         for r in json_lines(baselines_path):
             if r.get("kind") == "torch":
-                baselines[(r["experts"], r["T"])] = r
+                baselines[(r.get("model", "dsv4-pro"), r["experts"], r["T"])] = r
     out = []
     copy = f", device copy (read + write) {ceil['copy_tbps']:.2f} TB/s" if "copy_tbps" in ceil else ""
     on = f" on {ceil['device']}" if ceil.get("device") else ""
     out.append(f"Ceilings measured in the same run{on}: HBM read {ceil['read_tbps']:.2f} TB/s{copy}, "
                f"BF16 dense {ceil['bf16_tflops']:.0f} TFLOP/s.")
     out.append("")
-    out.append("| workload | T | pairs | experts touched | kernel | format | act | routed path us | GEMMs us "
-               "| roofline us | GEMM fraction | path fraction | PyTorch BF16 us | PyTorch FP8 us | vs BF16 | vs FP8 |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ours = sorted((r for r in rows if r.get("kind") == "ours"),
                   key=lambda r: (r["experts"], r["T"], order(FORMATS, routed_format(r)[0]),
                                  order(ACTS, routed_format(r)[1])))
+    for model in sorted({r.get("model", "dsv4-pro") for r in ours} - {"dsv4-pro"}):
+        h, i = routed_shape(next(r for r in ours if r.get("model") == model))
+        name, experts = LAYER_MODELS[model]
+        out.append(f"{name} geometry: H={h}, I={i}, top-6, {experts} routed experts (EP8 holds "
+                   f"{experts // 8} of them).")
+        out.append("")
+    out.append("| workload | T | pairs | experts touched | kernel | format | act | routed path us | GEMMs us "
+               "| roofline us | GEMM fraction | path fraction | PyTorch BF16 us | PyTorch FP8 us | vs BF16 | vs FP8 |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ours:
         roof_us = routed_roofline_us(r, read_bps, bf16_flops)
         path_us, gemm_us = r["graph_us"], r["gemm_us"]
-        b = baselines.get((r["experts"], r["T"]), {})
+        b = baselines.get((r.get("model", "dsv4-pro"), r["experts"], r["T"]), {})
         bf16, fp8 = b.get("bf16_us"), b.get("fp8_us")
         weights, act = routed_format(r)
-        out.append(f"| {workload_name(r['experts'])} | {r['T']} | {r['pairs']} | {r['touched']} | {r['config']} "
+        out.append(f"| {workload_name(r)} | {r['T']} | {r['pairs']} | {r['touched']} | {r['config']} "
                    f"| {weights} | {act} | {fmt(path_us)} | {fmt(gemm_us)} | {fmt(roof_us)} "
                    f"| {percent(roof_us / gemm_us)} | {percent(roof_us / path_us)} | {fmt(bf16)} | {fmt(fp8)} "
                    f"| {ratio(bf16, path_us)} | {ratio(fp8, path_us)} |")

@@ -1,5 +1,6 @@
-// nvfp4moe_routed_bench: the routed-expert path of a DeepSeek-V4-Pro MoE
-// layer (H=7168, I=3072, top-6) on one H200, stage by stage and as one CUDA
+// nvfp4moe_routed_bench: the routed-expert path of a DeepSeek-V4 MoE layer
+// (--model dsv4-pro: H=7168, I=3072, 384 experts; dsv4-flash: H=4096,
+// I=2048, 256 experts; top-6) on one GPU, stage by stage and as one CUDA
 // graph, through the backend's own RoutedExperts:
 //
 //   group_pairs -> stage x -> gate/up + SwiGLU -> requantize h -> down x w_j -> combine
@@ -20,11 +21,13 @@
 // checkpoint's 4.25 bits a weight. Their rows state the bytes read and the
 // fraction of the 4.25-bit roofline (the format's own) beside the NVFP4
 // row's fraction. Usage:
-//   nvfp4moe_routed_bench [--experts 48,384] [--tokens 1,8,64,512,2048,4096,8192]
+//   nvfp4moe_routed_bench [--model dsv4-pro|dsv4-flash] [--experts 48,384]
+//                         [--tokens 1,8,64,512,2048,4096,8192]
 //                         [--format nvfp4,mxfp4] [--act nvfp4,bf16,fp8]
 //                         [--reps N] [--json FILE] [--no-simple]
-// EP8 is the 48 experts of one rank of eight, EP1 all 384; --format and
-// --act default to nvfp4 alone, whose output has no format columns.
+// EP8 is the experts of one rank of eight (V4-Pro 48, V4-Flash 32), EP1 all
+// of them; --experts defaults to those two. --format and --act default to
+// nvfp4 alone, whose output has no format columns.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@
 
 #include "cli/bench_ceilings.hpp"
 #include "cli/bench_weights.hpp"
+#include "cli/model_option.hpp"
 #include "common/json.hpp"
 #include "common/splitmix.hpp"
 #include "cuda/backend/routed_experts.hpp"
@@ -59,7 +63,11 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-constexpr int64_t kH = 7168, kI = 3072, kTopK = 6;
+// The layer's shape: hidden size, expert intermediate size, experts a
+// token picks, and the model's routed experts (EP8 holds an eighth).
+struct Shape {
+  int64_t H = 0, I = 0, top_k = 0, experts = 0;
+};
 
 // Random bytes; span > 0 keeps them in [lo, lo + span) (scale bytes of sane size).
 __global__ void fill_bytes(uint8_t* p, size_t n, uint64_t seed, int lo, int span) {
@@ -87,7 +95,8 @@ double median(std::vector<double> t) {
 }
 
 struct Options {
-  std::vector<int64_t> experts = {48, 384}, tokens = {1, 8, 64, 512, 2048, 4096, 8192};
+  std::string model = "dsv4-pro";
+  std::vector<int64_t> experts, tokens = {1, 8, 64, 512, 2048, 4096, 8192};  // experts: default EP8, EP1
   std::vector<ExpertFormat> formats = {ExpertFormat::Nvfp4};
   std::vector<ActivationMode> acts = {ActivationMode::Nvfp4};
   int reps = 20;
@@ -134,7 +143,8 @@ Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--experts" && i + 1 < argc) o.experts = parse_list(argv[++i]);
+    if (a == "--model" && i + 1 < argc) o.model = argv[++i];
+    else if (a == "--experts" && i + 1 < argc) o.experts = parse_list(argv[++i]);
     else if (a == "--tokens" && i + 1 < argc) o.tokens = parse_list(argv[++i]);
     else if (a == "--format" && i + 1 < argc) o.formats = parse_names(a, argv[++i], parse_format_option);
     else if (a == "--act" && i + 1 < argc) o.acts = parse_names(a, argv[++i], parse_activation_mode);
@@ -143,6 +153,8 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--no-simple") o.simple = false;
     else NVFP4_FAIL("nvfp4moe_routed_bench: unknown argument ", a);
   }
+  NVFP4_CHECK(o.model == "dsv4-pro" || o.model == "dsv4-flash", "nvfp4moe_routed_bench: --model '", o.model,
+              "': expected dsv4-pro or dsv4-flash");
   return o;
 }
 
@@ -150,24 +162,35 @@ struct Ceilings {
   double read = 0, copy = 0, bf16 = 0, fp8 = 0;  // bytes/s, bytes/s, FLOP/s, FLOP/s
 };
 
-MoeConfig pro_config(int64_t experts) {
-  MoeConfig c = dsv4_pro_config();
+// The model's layer with `experts` of its routed experts and no shared one.
+MoeConfig layer_config(const std::string& model, int64_t experts) {
+  MoeConfig c = cli::model_option_config(model);
   c.experts = experts;
   c.shared_experts = 0;
   return c;
 }
 
+Shape model_shape(const std::string& model) {
+  const MoeConfig c = cli::model_option_config(model);
+  return Shape{.H = c.hidden, .I = c.intermediate, .top_k = c.top_k, .experts = c.experts};
+}
+
+// EP8: an eighth of the model's experts, EP1: all of them.
+const char* workload_label(const Shape& s, int64_t E) {
+  return E * 8 == s.experts ? "EP8" : (E == s.experts ? "EP1" : "E?");
+}
+
 // E experts' weights in the fragment layout as random code bytes and sane
 // scale bytes, made on the device (14 GB for 384 experts), global scales 1e-3.
-RoutedWeightsDevice random_device_weights(int64_t E) {
+RoutedWeightsDevice random_device_weights(const Shape& s, int64_t E) {
   RoutedWeightsDevice w;
   w.count = E;
-  w.hidden = kH;
-  w.inter = kI;
+  w.hidden = s.H;
+  w.inter = s.I;
   FragmentWeightsDevice* f[2] = {&w.w13_frag, &w.w2_frag};
   const Projection p[2] = {Projection::GateUp, Projection::Down};
   for (int i = 0; i < 2; ++i) {
-    f[i]->geometry = fragment_geometry(p[i], kH, kI);
+    f[i]->geometry = fragment_geometry(p[i], s.H, s.I);
     f[i]->codes = DeviceBuffer<uint8_t>(size_t(E * f[i]->geometry.code_bytes_per_expert()));
     f[i]->scales = DeviceBuffer<uint8_t>(size_t(E * f[i]->geometry.scale_bytes_per_expert()));
     fill(f[i]->codes.get(), f[i]->codes.size(), 11 + 2 * i);
@@ -186,11 +209,11 @@ RoutedWeightsDevice random_device_weights(int64_t E) {
 struct TileWeights {
   DeviceBuffer<uint8_t> w13, w2;
 };
-TileWeights random_tile_weights(int64_t E, bool wanted) {
+TileWeights random_tile_weights(const Shape& s, int64_t E, bool wanted) {
   TileWeights t;
   if (!wanted) return t;
-  t.w13 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::GateUp, kH, kI).bytes_per_expert()));
-  t.w2 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::Down, kH, kI).bytes_per_expert()));
+  t.w13 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::GateUp, s.H, s.I).bytes_per_expert()));
+  t.w2 = DeviceBuffer<uint8_t>(size_t(E * packed_geometry(Projection::Down, s.H, s.I).bytes_per_expert()));
   fill(t.w13.get(), t.w13.size(), 15, 0x30, 0x20);
   fill(t.w2.get(), t.w2.size(), 16, 0x30, 0x20);
   return t;
@@ -226,7 +249,8 @@ BenchWeights mxfp4_weights(MoeConfig cfg, bool tiles) {
   const ExpertWeights ex = make_random_mxfp4_experts(cfg, 11, 0, cfg.experts);
   cfg.activation = ActivationMode::Fp8;
   BenchWeights w{upload_routed_weights(ex, cfg, RoutedKernels::Fast, /*fp8_mma=*/true), {}};
-  NVFP4_CHECK(w.routed.w13_frag.codes.size() > 0, "routed bench: no fragment layout for H=", kH, " I=", kI);
+  NVFP4_CHECK(w.routed.w13_frag.codes.size() > 0, "routed bench: no fragment layout for H=", cfg.hidden,
+              " I=", cfg.intermediate);
   if (tiles) {
     w.tiles.w13 = upload_tile_weights(linear_experts(ex, Projection::GateUp), nullptr);
     w.tiles.w2 = upload_tile_weights(linear_experts(ex, Projection::Down), nullptr);
@@ -236,7 +260,8 @@ BenchWeights mxfp4_weights(MoeConfig cfg, bool tiles) {
 
 BenchWeights bench_weights(const MoeConfig& cfg, ExpertFormat f, bool tiles) {
   if (f == ExpertFormat::Mxfp4) return mxfp4_weights(cfg, tiles);
-  return BenchWeights{random_device_weights(cfg.experts), random_tile_weights(cfg.experts, tiles)};
+  const Shape s{.H = cfg.hidden, .I = cfg.intermediate, .top_k = cfg.top_k};
+  return BenchWeights{random_device_weights(s, cfg.experts), random_tile_weights(s, cfg.experts, tiles)};
 }
 
 template <typename T>
@@ -268,19 +293,19 @@ RoutedWeightsDevice copy_weights(const RoutedWeightsDevice& w, bool fp8_rows) {
   return d;
 }
 
-// Top-6 distinct experts per token, uniform; every weight 0.25.
+// top_k distinct experts per token, uniform; every weight 0.25.
 struct Routing {
   std::vector<int32_t> ids;
   std::vector<float> weights;
   int64_t touched = 0;
 };
-Routing uniform_routing(int64_t T, int64_t E) {
+Routing uniform_routing(int64_t T, int64_t E, int64_t top_k) {
   SplitMix64 rng{uint64_t(T * 1000 + E)};
   Routing r;
   std::set<int32_t> touched;
   for (int64_t t = 0; t < T; ++t) {
     std::set<int32_t> pick;
-    while (int64_t(pick.size()) < kTopK) pick.insert(int32_t(rng.next() % uint64_t(E)));
+    while (int64_t(pick.size()) < top_k) pick.insert(int32_t(rng.next() % uint64_t(E)));
     for (int32_t e : pick) {
       r.ids.push_back(e);
       r.weights.push_back(0.25f);
@@ -293,15 +318,16 @@ Routing uniform_routing(int64_t T, int64_t E) {
 
 // The device side of one forward: routing, grouping, y_pair, y.
 struct Forward {
-  Forward(int64_t max_t, int64_t E)
-      : ids(size_t(max_t * kTopK)), ids_out(ids.size()), pair_of_pos(ids.size()), pos_of_pair(ids.size()),
-        expert_of_pos(ids.size()), offsets(size_t(E + 1)), num_tiles(1), wts(ids.size()),
-        tiles(size_t(max_gemm_tiles(max_t * kTopK, E, kGemmTileTokens))), err(kErrorWords),
-        x(size_t(max_t * kH)), y(size_t(max_t * kH)), y_pair(size_t(max_t * kTopK * kH)) {
+  Forward(const Shape& s, int64_t max_t, int64_t E)
+      : shape(s), ids(size_t(max_t * s.top_k)), ids_out(ids.size()), pair_of_pos(ids.size()),
+        pos_of_pair(ids.size()), expert_of_pos(ids.size()), offsets(size_t(E + 1)), num_tiles(1), wts(ids.size()),
+        tiles(size_t(max_gemm_tiles(max_t * s.top_k, E, kGemmTileTokens))), err(kErrorWords),
+        x(size_t(max_t * s.H)), y(size_t(max_t * s.H)), y_pair(size_t(max_t * s.top_k * s.H)) {
     NVFP4_CUDA_CHECK(cudaMemset(err.get(), 0, err.bytes()));
     fill_bf16<<<2048, 256>>>(x.get(), x.size(), 7);
     NVFP4_CUDA_CHECK_LAUNCH("fill_bf16");
   }
+  Shape shape;
   DeviceBuffer<int32_t> ids, ids_out, pair_of_pos, pos_of_pair, expert_of_pos, offsets, num_tiles;
   DeviceBuffer<float> wts;
   DeviceBuffer<GemmTile> tiles;
@@ -310,20 +336,20 @@ struct Forward {
   DeviceBuffer<float> y_pair;
 
   GroupingArgs grouping(int64_t T, int64_t E) {
-    return GroupingArgs{.topk_ids = ids.get(), .tokens = T, .top_k = int(kTopK), .experts = E, .local_experts = E,
+    return GroupingArgs{.topk_ids = ids.get(), .tokens = T, .top_k = int(shape.top_k), .experts = E, .local_experts = E,
                         .tile_rows = kGemmTileTokens, .ids_out = ids_out.get(), .offsets = offsets.get(),
                         .pair_of_pos = pair_of_pos.get(), .pos_of_pair = pos_of_pair.get(),
                         .expert_of_pos = expert_of_pos.get(), .tiles = tiles.get(), .num_tiles = num_tiles.get(),
                         .error_word = err.get()};
   }
   RoutedPairs pairs(int64_t T) {
-    return RoutedPairs{.pair_of_pos = pair_of_pos.get(), .top_k = int(kTopK), .expert_of_pos = expert_of_pos.get(),
-                       .offsets = offsets.get(), .tiles = tiles.get(), .num_tiles = num_tiles.get(),
-                       .pair_weights = wts.get(), .pairs_bound = T * kTopK};
+    return RoutedPairs{.pair_of_pos = pair_of_pos.get(), .top_k = int(shape.top_k),
+                       .expert_of_pos = expert_of_pos.get(), .offsets = offsets.get(), .tiles = tiles.get(),
+                       .num_tiles = num_tiles.get(), .pair_weights = wts.get(), .pairs_bound = T * shape.top_k};
   }
   CombineArgs combine(int64_t T) {
-    return CombineArgs{.y_pair = y_pair.get(), .pos_of_pair = pos_of_pair.get(), .tokens = T, .hidden = kH,
-                       .top_k = int(kTopK), .y = y.get()};
+    return CombineArgs{.y_pair = y_pair.get(), .pos_of_pair = pos_of_pair.get(), .tokens = T, .hidden = shape.H,
+                       .top_k = int(shape.top_k), .y = y.get()};
   }
 };
 
@@ -424,8 +450,8 @@ GraphTimes graph_times(const std::function<void()> (&stages)[6], cudaStream_t s,
 // floor, mem_floor: the bytes the device reads; ckpt_*: the format's
 // checkpoint bytes (NVFP4 4.5, MXFP4 4.25 bits a weight; the same bytes).
 struct Row {
-  const char* ep = "";
-  int64_t E = 0, T = 0, P = 0, touched = 0;
+  const char *model = "", *ep = "";
+  int64_t H = 0, I = 0, E = 0, T = 0, P = 0, touched = 0;
   ExpertFormat format = ExpertFormat::Nvfp4;
   ActivationMode act = ActivationMode::Nvfp4;
   const char* config = "";
@@ -474,14 +500,14 @@ void print_row(const Row& w, const Ceilings& c, bool modes, const Row* twin, FIL
   std::fflush(stdout);
   if (!js) return;
   std::fprintf(js,
-               "{\"kind\":\"ours\",\"ep\":\"%s\",\"experts\":%lld,\"T\":%lld,\"pairs\":%lld,\"touched\":%lld,"
+               "{\"kind\":\"ours\",\"model\":\"%s\",\"hidden\":%lld,\"inter\":%lld,\"ep\":\"%s\",\"experts\":%lld,\"T\":%lld,\"pairs\":%lld,\"touched\":%lld,"
                "\"config\":\"%s\",\"l1_us\":%.2f,\"l2_us\":%.2f,\"gemm_us\":%.2f,\"floor_us\":%.2f,"
                "\"mem_floor_us\":%.2f,\"comp_floor_us\":%.2f,\"simple_gemm_us\":%.2f,\"group_us\":%.2f,"
                "\"quant_us\":%.2f,\"fast_quant_us\":%.2f,\"requant_us\":%.2f,\"fast_requant_us\":%.2f,"
                "\"combine_us\":%.2f,\"graph_us\":%.2f,\"sweep\":\"%s\",\"format\":\"%s\",\"act\":\"%s\","
                "\"device_bits\":%.2f,\"checkpoint_bits\":%.2f,\"device_bytes\":%.0f,\"checkpoint_bytes\":%.0f,"
                "\"checkpoint_mem_floor_us\":%.2f,\"checkpoint_floor_us\":%.2f}\n",
-               w.ep, (long long)w.E, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2,
+               w.model, (long long)w.H, (long long)w.I, w.ep, (long long)w.E, (long long)w.T, (long long)w.P, (long long)w.touched, w.config, w.l1, w.l2,
                gemm, w.floor, w.mem_floor, w.comp_floor, w.simple, w.group, w.quant, w.fast_quant, w.requant,
                w.fast_requant, w.combine, w.graph.whole, w.sweep.c_str(), format_option_name(w.format),
                activation_mode_name(w.act), checkpoint_bits_per_weight(w.format), checkpoint_bits_per_weight(w.format),
@@ -515,15 +541,16 @@ void print_format_summary(const std::vector<Row>& rows) {
 // One row of the table: T tokens routed uniformly over E experts.
 Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T, ExpertFormat format,
               ActivationMode act, const Options& o, const Ceilings& c) {
-  const int64_t P = T * kTopK;
-  const Routing routing = uniform_routing(T, E);
+  const Shape& s = f.shape;
+  const int64_t P = T * s.top_k;
+  const Routing routing = uniform_routing(T, E, s.top_k);
   f.ids.upload(routing.ids.data(), routing.ids.size());
   f.wts.upload(routing.weights.data(), routing.weights.size());
   const GroupingArgs ga = f.grouping(T, E);
   const RoutedExperts::Plan p =
       routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), PairOutput{.rows = f.y_pair.get()});
   const CombineArgs ca = f.combine(T);
-  Row w{.ep = E == 48 ? "EP8" : (E == 384 ? "EP1" : "E?"), .E = E, .T = T, .P = P, .touched = routing.touched,
+  Row w{.model = o.model.c_str(), .ep = workload_label(s, E), .H = s.H, .I = s.I, .E = E, .T = T, .P = P, .touched = routing.touched,
         .format = format, .act = act, .config = chosen_kernel(p.gemm, P, p.fp8)};
   group_pairs(ga, nullptr);
   routed.stage(p, nullptr);
@@ -561,18 +588,18 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   w.l1_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.gate_up(p, nullptr); }) / 4;
   w.l2_steady = median_time_us(r, [&] { for (int i = 0; i < 4; ++i) routed.down(p, nullptr); }) / 4;
 
-  const double weights = double(routing.touched) * (2.0 * kI * kH + double(kH) * kI);
+  const double weights = double(routing.touched) * 3.0 * double(s.H) * double(s.I);
   w.device_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.ckpt_bytes = weights * checkpoint_bits_per_weight(format) / 8;
   w.mem_floor = w.device_bytes / c.read * 1e6;
   // The FP8 form's ceiling is the dense FP8 peak, the BF16 form's the BF16 one.
   const bool fp8_mma = p.fp8 && ExpertGemmCandidate::prefill(p.gemm.kind_for(P));
-  w.comp_floor = 2.0 * double(P) * 3.0 * kH * kI / (fp8_mma ? c.fp8 : c.bf16) * 1e6;
+  w.comp_floor = 2.0 * double(P) * 3.0 * s.H * s.I / (fp8_mma ? c.fp8 : c.bf16) * 1e6;
   w.floor = std::max(w.mem_floor, w.comp_floor);
   w.ckpt_mem_floor = w.ckpt_bytes / c.read * 1e6;
   w.ckpt_floor = std::max(w.ckpt_mem_floor, w.comp_floor);
   const double ld = double(p.stage_x.deq_ld);
-  const double stage_bytes = double(T) * kH * 2 + double(T) * ld * 2 + 4.0 * T;
+  const double stage_bytes = double(T) * s.H * 2 + double(T) * ld * 2 + 4.0 * T;
   w.stage_frac = stage_bytes / c.read * 1e6 / w.fast_quant;
   return w;
 }
@@ -600,6 +627,10 @@ int main(int argc, char** argv) {
                  "{\"kind\":\"ceilings\",\"device\":%s,\"read_tbps\":%.4f,\"copy_tbps\":%.4f,"
                  "\"bf16_tflops\":%.1f,\"fp8_tflops\":%.1f}\n",
                  json::quote(device).c_str(), c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
+  const Shape shape = model_shape(o.model);
+  if (o.experts.empty()) o.experts = {shape.experts / 8, shape.experts};
+  std::printf("model: %s (H=%lld, I=%lld, top-%lld, %lld routed experts)\n", o.model.c_str(), (long long)shape.H,
+              (long long)shape.I, (long long)shape.top_k, (long long)shape.experts);
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   const bool modes = o.modes();
   std::printf("\n%-4s %6s %7s %5s %-9s ", "EP", "T", "pairs", "exps", "config");
@@ -608,8 +639,8 @@ int main(int argc, char** argv) {
               "simple us", "speedup", "stage us", "graph us", "stageBW", "vs copy");
   std::vector<Row> rows;
   for (const int64_t E : o.experts) {
-    MoeConfig cfg = pro_config(E);
-    Forward f(max_t, E);
+    MoeConfig cfg = layer_config(o.model, E);
+    Forward f(shape, max_t, E);
     for (const ExpertFormat format : o.formats) {
       const auto t0 = std::chrono::steady_clock::now();
       BenchWeights w = bench_weights(cfg, format, o.simple);
@@ -630,7 +661,7 @@ int main(int argc, char** argv) {
         // The last run takes the weights themselves (when it wants their FP8 rows); the others a copy.
         const bool last = a + 1 == runs.size() && (runs[a].second || !w.routed.fp8_prefill());
         RoutedExperts routed(last ? std::move(w.routed) : copy_weights(w.routed, runs[a].second), cfg,
-                             RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * kTopK},
+                             RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * shape.top_k},
                              RoutedKernels::Fast, 0.0f);
         for (const int64_t T : o.tokens) {
           rows.push_back(bench_row(routed, w.tiles, f, E, T, format, runs[a].first, o, c));

@@ -132,6 +132,22 @@ class PerfTable(unittest.TestCase):
         self.assertIn("all 256 experts", text)
         self.assertEqual(table_rows(text, "ep8")[0][12], "42 %")
 
+    def test_routed_rows_of_another_model_use_its_geometry(self):
+        flash = {"kind": "ours", "model": "dsv4-flash", "hidden": 4096, "inter": 2048, "ep": "EP8", "experts": 32,
+                 "T": 1, "pairs": 6, "touched": 6, "config": "decode", "gemm_us": 40.0, "graph_us": 50.0,
+                 "sweep": ""}
+        pro_baseline = {"kind": "torch", "ep": "EP8", "experts": 32, "T": 1, "bf16_us": 999.0, "fp8_us": 999.0}
+        flash_baseline = dict(pro_baseline, model="dsv4-flash", bf16_us=400.0, fp8_us=200.0)
+        text = self.run_table("--routed", "{r}", "--baselines", "{b}", r=self.json_lines([CEILINGS, flash]),
+                              b=self.json_lines([flash_baseline, pro_baseline]))
+        self.assertIn("DeepSeek-V4-Flash geometry: H=4096, I=2048, top-6, 256 routed experts (EP8 holds 32", text)
+        rows = table_rows(text, "EP8 (32 experts)")
+        self.assertEqual(len(rows), 1, text)
+        # 6 experts x 3 x 4096 x 2048 x 4.5 bits / 4 TB/s = 21.2 us; only the Flash baseline is its twin
+        self.assertEqual(rows[0][9:16], ["21.2", "53 %", "42 %", "400.0", "200.0", "8.00x", "4.00x"])
+        pro = self.run_table("--routed", "{r}", r=self.json_lines([CEILINGS, routed_row(1, 6, 100.0, 110.0)]))
+        self.assertNotIn("geometry:", pro)
+
     def test_ceilings_name_the_device_when_the_run_does(self):
         device = "NVIDIA H100 80GB HBM3, 132 SMs, L2 52 MB"
         named = dict(CEILINGS, device=device)
