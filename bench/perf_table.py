@@ -23,7 +23,8 @@ benchmarks' machine-readable output of one run:
                     fraction; with --format / --act other than nvfp4 also
                     format, act, checkpoint_bytes, checkpoint_roofline_us,
                     checkpoint_fraction; with --shared fp8 also shared; with
-                    --model other than dsv4-pro also model), with
+                    --model other than dsv4-pro also model; with --graph
+                    also timing), with
                     --layer-log FILE its stdout for the device and ceilings
                     lines.
 
@@ -199,10 +200,11 @@ def layer_table(csv_path, log_path):
     out.append("| workload | T | format | act | shared expert | tokens | pairs | experts touched | forward us | GB "
                "| GFLOP | roofline us | fraction |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    model = "dsv4-pro"
+    model, timing = "dsv4-pro", "eager"
     with open(csv_path) as f:
         for r in csv.DictReader(f):
             model = r.get("model") or model  # the `model` column of --model other than dsv4-pro
+            timing = r.get("timing") or timing  # the `timing` column of --graph
             # The format's own roofline where the CSV has it (other formats than NVFP4 alone).
             roof_us = float(r.get("checkpoint_roofline_us") or r["roofline_us"])
             frac = float(r.get("checkpoint_fraction") or r["fraction"])
@@ -214,8 +216,10 @@ def layer_table(csv_path, log_path):
                        f"| {roof_us:.1f} | {percent(frac)} |")
     out.append("")
     name, experts = LAYER_MODELS[model]
+    how = ("each forward the replay of its input set's captured CUDA graph" if timing == "graph"
+           else "eager launches, host work included")
     out.append(f"Forward: `Moe::forward` of a {name} layer on the cuda backend with caller routing, median over "
-               f"rotated inputs. ep8: one rank of 8 ({experts // 8} local experts fed the pairs of 8T tokens, "
+               f"rotated inputs, {how}. ep8: one rank of 8 ({experts // 8} local experts fed the pairs of 8T tokens, "
                f"routed experts only); ep1: all {experts} experts and the shared expert. GB: the bytes the device "
                "reads (the touched experts at 4.5 bits a weight for NVFP4, 4.25 for MXFP4, plus the shared "
                "expert's weights for ep1: BF16, or FP8 with its tile factors). Roofline from the row's FLOPs and "

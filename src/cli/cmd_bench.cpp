@@ -19,6 +19,9 @@
 // the routed experts'
 // activation mode (docs/numerics.md §7). Each timed forward uses the
 // next of several routing/input sets so caches hold nothing useful between runs.
+// Forwards are eager launches, host work included; with --graph each input
+// set's forward is captured once into a CUDA graph and the graphs are
+// replayed, as an engine's captured decode step runs the layer.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,7 +55,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: nvfp4moe bench [--workload ep8|ep1|both] [--model dsv4-pro|dsv4-flash]\n"
     "                      [--tokens 1,8,64,512,2048,8192] [--iters 10] [--warmup 3] [--seed S] [--csv FILE]\n"
-    "                      [--device N]\n"
+    "                      [--device N] [--graph]   (each forward a replay of its captured CUDA graph)\n"
     "                      [--format nvfp4|mxfp4] [--act nvfp4|bf16|fp8]   (routed experts' weights, activations)\n"
     "                      [--shared bf16|fp8]   (the shared expert's weights, ep1 and --ep; default bf16)\n"
     "                      [--no-ceilings]   (use the design figures 4.41 TB/s, 789 TFLOP/s; for profilers)\n"
@@ -165,7 +168,7 @@ struct Ceilings {
 };
 
 void run_workload(const std::string& name, const MoeConfig& model, const std::vector<int64_t>& tlist, int iters,
-                  int warmup, uint64_t seed, int device, const Ceilings& ceil, Formats formats,
+                  int warmup, bool graph, uint64_t seed, int device, const Ceilings& ceil, Formats formats,
                   std::vector<Row>& rows) {
   const bool ep8 = name == "ep8";
   MoeConfig c = model;
@@ -219,12 +222,22 @@ void run_workload(const std::string& name, const MoeConfig& model, const std::ve
                   ForwardOptions{.stream = stream.get()});
     };
     for (int i = 0; i < warmup; ++i) forward(ss[size_t(i) % ss.size()]);
+    // --graph: one graph per input set, captured after the eager warm-up
+    // (which also sizes cuBLAS's workspace outside any capture), each replayed once before timing.
+    std::vector<cuda::CudaGraphExec> graphs;
+    for (size_t i = 0; graph && i < ss.size(); ++i) {
+      graphs.emplace_back(stream.get(), [&] { forward(ss[i]); });
+      graphs.back().launch(stream.get());
+    }
     std::vector<double> us;
     double pairs = 0, touched = 0, tokens_in = 0;
     for (int i = 0; i < iters; ++i) {
       InputSet& in = ss[size_t(i) % ss.size()];
       NVFP4_CUDA_CHECK(cudaEventRecord(a.get(), stream.get()));
-      forward(in);
+      if (graph)
+        graphs[size_t(i) % graphs.size()].launch(stream.get());
+      else
+        forward(in);
       NVFP4_CUDA_CHECK(cudaEventRecord(b.get(), stream.get()));
       NVFP4_CUDA_CHECK(cudaEventSynchronize(b.get()));
       float ms = 0;
@@ -268,7 +281,7 @@ int cmd_bench(int argc, char** argv) {
   // --ep R: the forward over R GPU processes, NCCL symmetric memory (cmd_ep_cuda.cpp, docs/ep.md).
   if (mentions(argc, argv, "ep")) return cmd_bench_ep_cuda(argc, argv);
   const Args args(argc, argv,
-                  {flag("help"), flag("no-ceilings"), choice("workload", {"ep8", "ep1", "both"}),
+                  {flag("help"), flag("no-ceilings"), flag("graph"), choice("workload", {"ep8", "ep1", "both"}),
                    choice("model", {"dsv4-pro", "dsv4-flash"}),
                    int_list("tokens", 1, 8192), integer("iters", 1, kMaxIters), integer("warmup", 0, kMaxIters),
                    integer("seed", 0, kMaxSeed), text("csv"), integer("device", 0, kMaxGpuIndex),
@@ -279,12 +292,13 @@ int cmd_bench(int argc, char** argv) {
   const MoeConfig model = model_option_config(model_name);
   const std::vector<int64_t> tlist = args.get_int_list("tokens", "1,8,64,512,2048,8192");
   const int iters = int(args.get_int("iters", 10)), warmup = int(args.get_int("warmup", 3));
+  const bool graph = args.has("graph");
   const Formats formats{parse_format_option(args.get("format", "nvfp4")),
                         parse_activation_mode(args.get("act", "nvfp4")),
                         parse_shared_format_option(args.get("shared", "bf16"))};
   if (const auto csv = args.value("csv")) fileio::output_file_target(*csv);  // refused before minutes of work
 #ifndef NVFP4MOE_HAS_CUDA
-  (void)iters, (void)warmup, (void)formats, (void)model;  // parsed and checked all the same
+  (void)iters, (void)warmup, (void)graph, (void)formats, (void)model;  // parsed and checked all the same
   NVFP4_FAIL("bench needs the cuda backend; this build has none");
 #else
   NVFP4_CHECK(cuda_available(), "bench needs a CUDA device; none is available");
@@ -302,8 +316,11 @@ int cmd_bench(int argc, char** argv) {
               measured ? "measured now" : "design figures, not measured", ceil.read_bps / 1e12, ceil.bf16_flops / 1e12);
   const uint64_t seed = uint64_t(args.get_int("seed", 1234));
   std::vector<Row> rows;
-  if (workload != "ep1") run_workload("ep8", model, tlist, iters, warmup, seed, device, ceil, formats, rows);
-  if (workload != "ep8") run_workload("ep1", model, tlist, iters, warmup, seed + 1, device, ceil, formats, rows);
+  if (workload != "ep1") run_workload("ep8", model, tlist, iters, warmup, graph, seed, device, ceil, formats, rows);
+  if (workload != "ep8")
+    run_workload("ep1", model, tlist, iters, warmup, graph, seed + 1, device, ceil, formats, rows);
+  std::printf("\ntiming: %s\n", graph ? "graph (each forward a replay of its input set's captured CUDA graph)"
+                                        : "eager (each forward's launches and host work)");
 
   // The default (NVFP4 weights and activations) prints what it always has;
   // other formats say what they are, and MXFP4 adds its checkpoint's roofline.
@@ -332,13 +349,14 @@ int cmd_bench(int argc, char** argv) {
   }
   if (auto csv = args.value("csv")) {
     // Other formats append theirs and the checkpoint's roofline, an FP8 shared
-    // expert a column `shared`, another model than V4-Pro a last column
-    // `model` (bench/perf_table.py reads every form).
+    // expert a column `shared`, another model than V4-Pro a column `model`,
+    // --graph a last column `timing` (bench/perf_table.py reads every form).
     const bool other_model = model_name != "dsv4-pro";
     std::string text = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction";
     if (!formats.is_default()) text += ",format,act,checkpoint_bytes,checkpoint_roofline_us,checkpoint_fraction";
     if (shared_fp8) text += ",shared";
-    text += other_model ? ",model\n" : "\n";
+    if (other_model) text += ",model";
+    text += graph ? ",timing\n" : "\n";
     for (const Row& r : rows) {
       char line[512];
       std::snprintf(line, sizeof line, "%s,%lld,%lld,%lld,%lld,%.2f,%.0f,%.0f,%.2f,%.4f", r.workload.c_str(),
@@ -352,7 +370,7 @@ int cmd_bench(int argc, char** argv) {
       }
       if (shared_fp8) text += std::string(",") + r.shared;
       if (other_model) text += "," + model_name;
-      text += "\n";
+      text += graph ? ",graph\n" : "\n";
     }
     fileio::write_file_atomic(*csv, text);  // temporary name + rename, like every output
   }

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -151,28 +152,21 @@ EpBenchBatch make_ep_batch(const EpBenchOptions& o, int me, int64_t T) {
 double time_ep_forward(NcclEpMoe& moe, const EpBenchBatch& b, const ForwardOptions& fo, const EpBenchOptions& o) {
   cuda::CudaEvent e0, e1;
   for (int i = 0; i < o.warmup; ++i) moe.forward(b.xv, b.routing, b.out, fo);
-  cudaGraphExec_t exec = nullptr;
-  if (o.graph) {
-    cudaGraph_t graph = nullptr;
-    const cudaStream_t s = static_cast<cudaStream_t>(fo.stream);
-    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    moe.forward(b.xv, b.routing, b.out, fo);
-    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    NVFP4_CUDA_CHECK(cudaGraphDestroy(graph));
-    for (int i = 0; i < o.warmup; ++i) NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  }
   const cudaStream_t s = static_cast<cudaStream_t>(fo.stream);
+  std::optional<cuda::CudaGraphExec> graph;
+  if (o.graph) {
+    graph.emplace(s, [&] { moe.forward(b.xv, b.routing, b.out, fo); });
+    for (int i = 0; i < o.warmup; ++i) graph->launch(s);
+  }
   NVFP4_CUDA_CHECK(cudaEventRecord(e0.get(), s));
   for (int i = 0; i < o.iters; ++i) {
-    if (exec)
-      NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    if (graph)
+      graph->launch(s);
     else
       moe.forward(b.xv, b.routing, b.out, fo);
   }
   NVFP4_CUDA_CHECK(cudaEventRecord(e1.get(), s));
   NVFP4_CUDA_CHECK(cudaEventSynchronize(e1.get()));
-  if (exec) NVFP4_CUDA_CHECK(cudaGraphExecDestroy(exec));
   float ms = 0.0f;
   NVFP4_CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
   moe.sync_errors();

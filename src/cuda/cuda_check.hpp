@@ -176,6 +176,38 @@ class CudaStream {
   cudaStream_t s_ = nullptr;
 };
 
+// The work `queue()` puts on stream s, captured (thread-local mode: other
+// threads' work is not caught) into an executable graph that launch() replays
+// on any stream. A capture that throws is ended and its graph dropped.
+class CudaGraphExec {
+ public:
+  template <typename Queue>
+  CudaGraphExec(cudaStream_t s, Queue&& queue) {
+    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      queue();
+    } catch (...) {
+      if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    NVFP4_CUDA_CHECK(e);
+  }
+  ~CudaGraphExec() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  CudaGraphExec(CudaGraphExec&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  CudaGraphExec(const CudaGraphExec&) = delete;
+  CudaGraphExec& operator=(const CudaGraphExec&) = delete;
+  void launch(cudaStream_t s) const { NVFP4_CUDA_CHECK(cudaGraphLaunch(exec_, s)); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // A side branch of a stream: work queued on side() between fork(main) and
 // join(main) runs next to main's work queued in between, and becomes a
 // parallel branch of the graph when main is being captured. Every fork must

@@ -148,6 +148,16 @@ class PerfTable(unittest.TestCase):
         pro = self.run_table("--routed", "{r}", r=self.json_lines([CEILINGS, routed_row(1, 6, 100.0, 110.0)]))
         self.assertNotIn("geometry:", pro)
 
+    def test_layer_csv_timing_column_names_graph_replays(self):
+        head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
+        eager = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
+        graph = head + ",timing\nep8,1,5,8,7,90.0,268000000,1100000000,60.10,0.6678,graph\n"
+        text = self.run_table("--layer", "{layer}", layer=eager)
+        self.assertIn("rotated inputs, eager launches, host work included.", text)
+        text = self.run_table("--layer", "{layer}", layer=graph)
+        self.assertIn("rotated inputs, each forward the replay of its input set's captured CUDA graph.", text)
+        self.assertEqual(table_rows(text, "ep8")[0][8:], ["90.0", "0.268", "1.1", "60.1", "67 %"])
+
     def test_ceilings_name_the_device_when_the_run_does(self):
         device = "NVIDIA H100 80GB HBM3, 132 SMs, L2 52 MB"
         named = dict(CEILINGS, device=device)

@@ -381,22 +381,23 @@ TEST(CliQuantize, FailedDirectoryQuantizeLeavesOutputDirectoryIntact) {
   EXPECT_EQ(entries, 1) << "staging directory left behind";
 }
 
-// `bench --graph` and `--unbounded` (value-less) and `--max-tokens` belong
-// to the expert-parallel bench: the usage lists them and the single-process
-// bench refuses them by name.
-TEST(CliBench, GraphIsAnExpertParallelFlag) {
-  CliResult r = run_cli("bench --graph --workload ep8 --tokens 1");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("unknown option --graph"), std::string::npos) << r.err;
-  r = run_cli("bench --unbounded --workload ep8 --tokens 1");
+// `bench --unbounded` (value-less) and `--max-tokens` belong to the
+// expert-parallel bench: the usage lists them and the single-process bench
+// refuses them by name. `--graph` belongs to both forms.
+TEST(CliBench, UnboundedAndMaxTokensAreExpertParallelFlags) {
+  CliResult r = run_cli("bench --unbounded --workload ep8 --tokens 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown option --unbounded"), std::string::npos) << r.err;
   r = run_cli("bench --max-tokens 4 --workload ep8 --tokens 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("unknown option --max-tokens"), std::string::npos) << r.err;
+  r = run_cli("bench --graph=1 --workload ep8 --tokens 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--graph"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("CUDA"), std::string::npos) << "got as far as the device: " << r.err;
   r = run_cli("bench --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--graph", "--unbounded", "--max-tokens"})
+  for (const char* flag : {"[--graph]   (each forward a replay", "--unbounded", "--max-tokens"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in the usage: " << r.out;
 }
 

@@ -59,6 +59,7 @@ TEST(CliNoGpu, BenchTakesEveryFormatModeAndModelUpToTheDevice) {
       stops_at_device(std::string("bench --workload ep8 --tokens 1 --format ") + f + " --act=" + a);
   for (const char* model : {"dsv4-pro", "dsv4-flash"})
     stops_at_device(std::string("bench --workload both --tokens 1 --model ") + model);
+  stops_at_device("bench --workload ep8 --tokens 1 --graph");
 }
 
 TEST(CliNoGpu, RunEpOnCudaSaysThereIsNoGpu) {
