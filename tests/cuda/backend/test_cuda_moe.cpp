@@ -308,21 +308,28 @@ TEST(CudaMoe, GraphCaptureReplaysIdentically) {
   dy.download(eager.data(), eager.size(), s.get());
   NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
 
-  cudaGraph_t graph;
-  NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
-  gpu.forward(vx, {}, o, {.stream = s.get()});
-  NVFP4_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
-  cudaGraphExec_t exec;
-  NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const cuda::CudaGraphExec graph(s.get(), [&] { gpu.forward(vx, {}, o, {.stream = s.get()}); });
   for (int rep = 0; rep < 2; ++rep) {
     NVFP4_CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, dy.bytes(), s.get()));
-    NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s.get()));
+    graph.launch(s.get());
     dy.download(replay.data(), replay.size(), s.get());
     NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     EXPECT_EQ(replay, eager) << "graph replay " << rep << " differs from the eager forward";
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+
+  // A forward that throws inside a capture (an input of the wrong shape)
+  // ends the capture: the error reaches the caller and the stream takes
+  // eager work again.
+  const TensorView bad = make_view(dx.get(), DType::F32, {T, H / 2}, DeviceKind::Cuda);
+  EXPECT_THROW(cuda::CudaGraphExec(s.get(), [&] { gpu.forward(bad, {}, o, {.stream = s.get()}); }), Error);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  NVFP4_CUDA_CHECK(cudaStreamIsCapturing(s.get(), &status));
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  NVFP4_CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xFF, dy.bytes(), s.get()));
+  gpu.forward(vx, {}, o, {.stream = s.get()});
+  dy.download(replay.data(), replay.size(), s.get());
+  NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  EXPECT_EQ(replay, eager) << "eager forward after the failed capture";
 }
 
 // Forwards queued back to back on new inputs and routing, eagerly and as
@@ -404,23 +411,16 @@ TEST(CudaMoe, BackToBackForwardsEqualIsolatedOnes) {
     NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     EXPECT_EQ(queued, isolated) << "eager forwards queued back to back";
 
-    cudaGraph_t graph;
-    NVFP4_CUDA_CHECK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
-    gpu.forward(vx, r, o, {.stream = s.get()});
-    NVFP4_CUDA_CHECK(cudaStreamEndCapture(s.get(), &graph));
-    cudaGraphExec_t exec;
-    NVFP4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const cuda::CudaGraphExec graph(s.get(), [&] { gpu.forward(vx, r, o, {.stream = s.get()}); });
     NVFP4_CUDA_CHECK(cudaMemsetAsync(dy_all.get(), 0xFF, dy_all.bytes(), s.get()));
     for (int i = 0; i < kRuns; ++i) {
       inputs(i);
-      NVFP4_CUDA_CHECK(cudaGraphLaunch(exec, s.get()));
+      graph.launch(s.get());
       keep(i);
     }
     dy_all.download(queued.data(), queued.size(), s.get());
     NVFP4_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     EXPECT_EQ(queued, isolated) << "graph replays queued back to back";
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
 }
 
