@@ -14,7 +14,7 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 3;
-constexpr int64_t kNarrowMaxPerExpert = 8;
+constexpr int64_t kNarrowMaxPerExpert = 16;
 // NOTES (measured on the H200): above it the Split launches everywhere.
 // With three consumer warpgroups in the 32-wide prefill kernel the decode
 // kernel wins only up to 2-3 pairs per expert (one run, GEMMs us, decode /
@@ -25,9 +25,15 @@ constexpr int64_t kNarrowMaxPerExpert = 8;
 // A separate 64-wide candidate for 17-48 tokens per expert measured 2-4 %
 // slower than Split at EP1 T=2048 (32 per expert) once the descriptors were
 // uniform: Split runs those experts' blocks 32 or 64 wide, never wider.
-// From 5 to 8 pairs per expert nearly every expert's rows fit one 32-wide
-// block, so the Split launches amount to the 32-wide one and three that
-// find nothing to do; the Narrow candidate is that one launch alone.
+// From 4 to 16 pairs per expert nearly every expert's rows fit one 32-wide
+// block (uniform routing at 16 a expert: more than 32 rows once in ~10^4
+// experts), so the Split launches amount to the 32-wide one and three that
+// find nothing to do; the Narrow candidate is that one launch alone. On an
+// H100, routed path in a graph, Split against Narrow: V4-Pro EP8 T=128 (16 a
+// expert) 709 / 691 us; V4-Flash EP8 T=64 (12) 228 / 214, T=128 (24) 264 /
+// 222. Above 16 an expert's rows spill into a second 32-wide block more
+// often, which reads its weights twice where Split's 64-wide block reads
+// them once (at 32 a expert: V4-Pro EP8 T=256, 885 against 773 us).
 
 }  // namespace
 

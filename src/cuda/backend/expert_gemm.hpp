@@ -14,7 +14,7 @@
 // Ranges, in average tokens per local expert (measured on the H200,
 // docs/performance.md):
 //   <= 3: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
-//   <= 8: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
+//  <= 16: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
 //         launch, TokenBlocks::All)
 //   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last
 //          block at 32, 64 or 96 when its rows fit (four launches, TokenBlocks::Split)

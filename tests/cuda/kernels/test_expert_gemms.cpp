@@ -604,7 +604,7 @@ TEST_P(Sm90PrefillGemm, MatchesFp64ReferenceAtEveryTileWidthAndWhenChosen) {
 }
 
 // T=1: one token; 10: ~19 live pairs of 3 experts, the narrow candidate's
-// range (4-8 a expert); 40: under one tile; 300: experts with several
+// range (4-16 a expert); 40: under one tile; 300: experts with several
 // 64-position blocks and a partial 128 one; 100 and 200: experts around 64
 // and 128 rows, last blocks of several widths (TokenBlocks::Split). H=640,
 // I=384: 40 down m-tiles (a last block with one idle warpgroup), K not a
@@ -699,7 +699,7 @@ void expect_partition(const ExpertGemmChoice& c, int64_t bound) {
   EXPECT_EQ(c.candidates[c.count - 1].at_most, bound);
 }
 
-TEST(ExpertGemmChoice, DecodeUpToThreeTokensPerExpertNarrowUpToEightThenSplit) {
+TEST(ExpertGemmChoice, DecodeUpToThreeTokensPerExpertNarrowUpToSixteenThenSplit) {
   using K = ExpertGemmCandidate;
   ExpertGemmChoice c = choose_expert_gemm(48, 6, -1, true, true, nullptr);  // T=1, EP8: decode only, no device choice
   ASSERT_EQ(c.count, 1);
@@ -717,13 +717,17 @@ TEST(ExpertGemmChoice, DecodeUpToThreeTokensPerExpertNarrowUpToEightThenSplit) {
   EXPECT_EQ(c.candidates[0].kind, K::Decode);
   EXPECT_EQ(c.candidates[0].at_most, 3 * 48);
   EXPECT_EQ(c.candidates[1].kind, K::Narrow);
-  EXPECT_EQ(c.candidates[1].at_most, 8 * 48);
+  EXPECT_EQ(c.candidates[1].at_most, 16 * 48);
   EXPECT_EQ(c.candidates[2].kind, K::Wgmma);
   expect_partition(c, 1680);
   EXPECT_EQ(c.kind_for(3 * 48), K::Decode);
   EXPECT_EQ(c.kind_for(3 * 48 + 1), K::Narrow);
-  EXPECT_EQ(c.kind_for(8 * 48), K::Narrow);
-  EXPECT_EQ(c.kind_for(8 * 48 + 1), K::Wgmma);
+  EXPECT_EQ(c.kind_for(16 * 48), K::Narrow);
+  EXPECT_EQ(c.kind_for(16 * 48 + 1), K::Wgmma);
+  c = choose_expert_gemm(48, 16 * 48, -1, true, true, nullptr);  // the bound at the narrow range's end: no Split
+  ASSERT_EQ(c.count, 2);
+  EXPECT_EQ(c.candidates[1].kind, K::Narrow);
+  expect_partition(c, 16 * 48);
   c = choose_expert_gemm(48, 8192 * 6, -1, true, false, nullptr);  // K the decode kernel cannot split: prefill from zero
   ASSERT_EQ(c.count, 2);
   EXPECT_EQ(c.candidates[0].kind, K::Narrow);
