@@ -170,8 +170,7 @@ MoeConfig layer_config(const std::string& model, int64_t experts) {
   return c;
 }
 
-Shape model_shape(const std::string& model) {
-  const MoeConfig c = cli::model_option_config(model);
+Shape shape_of(const MoeConfig& c) {
   return Shape{.H = c.hidden, .I = c.intermediate, .top_k = c.top_k, .experts = c.experts};
 }
 
@@ -260,7 +259,7 @@ BenchWeights mxfp4_weights(MoeConfig cfg, bool tiles) {
 
 BenchWeights bench_weights(const MoeConfig& cfg, ExpertFormat f, bool tiles) {
   if (f == ExpertFormat::Mxfp4) return mxfp4_weights(cfg, tiles);
-  const Shape s{.H = cfg.hidden, .I = cfg.intermediate, .top_k = cfg.top_k};
+  const Shape s = shape_of(cfg);
   return BenchWeights{random_device_weights(s, cfg.experts), random_tile_weights(s, cfg.experts, tiles)};
 }
 
@@ -627,7 +626,7 @@ int main(int argc, char** argv) {
                  "{\"kind\":\"ceilings\",\"device\":%s,\"read_tbps\":%.4f,\"copy_tbps\":%.4f,"
                  "\"bf16_tflops\":%.1f,\"fp8_tflops\":%.1f}\n",
                  json::quote(device).c_str(), c.read * 1e-12, c.copy * 1e-12, c.bf16 * 1e-12, c.fp8 * 1e-12);
-  const Shape shape = model_shape(o.model);
+  const Shape shape = shape_of(cli::model_option_config(o.model));
   if (o.experts.empty()) o.experts = {shape.experts / 8, shape.experts};
   std::printf("model: %s (H=%lld, I=%lld, top-%lld, %lld routed experts)\n", o.model.c_str(), (long long)shape.H,
               (long long)shape.I, (long long)shape.top_k, (long long)shape.experts);
