@@ -11,8 +11,8 @@
 // the device knows (grouping runs on it). So every kernel that can be right
 // for some count up to the host's bound is queued, each with a disjoint
 // range of live pairs (GroupedGemmPlan::live_pairs); all but one exit at once.
-// Ranges, in average tokens per local expert (measured on the H200,
-// docs/performance.md):
+// Ranges, in average tokens per local expert (the decode range measured on
+// the H200, the narrow range's end on an H100; docs/performance.md):
 //   <= 3: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
 //  <= 16: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
 //         launch, TokenBlocks::All)
