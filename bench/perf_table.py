@@ -70,6 +70,11 @@ def routed_shape(r):
     return r.get("hidden", H), r.get("inter", I)
 
 
+def routed_model(r):
+    """The model of a routed or baseline row (files before --model: V4-Pro)."""
+    return r.get("model", "dsv4-pro")
+
+
 def fmt(v, digits=1):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
@@ -138,7 +143,7 @@ def routed_table(routed_path, baselines_path):
     if baselines_path:
         for r in json_lines(baselines_path):
             if r.get("kind") == "torch":
-                baselines[(r.get("model", "dsv4-pro"), r["experts"], r["T"])] = r
+                baselines[(routed_model(r), r["experts"], r["T"])] = r
     out = []
     copy = f", device copy (read + write) {ceil['copy_tbps']:.2f} TB/s" if "copy_tbps" in ceil else ""
     on = f" on {ceil['device']}" if ceil.get("device") else ""
@@ -148,8 +153,8 @@ def routed_table(routed_path, baselines_path):
     ours = sorted((r for r in rows if r.get("kind") == "ours"),
                   key=lambda r: (r["experts"], r["T"], order(FORMATS, routed_format(r)[0]),
                                  order(ACTS, routed_format(r)[1])))
-    for model in sorted({r.get("model", "dsv4-pro") for r in ours} - {"dsv4-pro"}):
-        h, i = routed_shape(next(r for r in ours if r.get("model") == model))
+    for model in sorted({routed_model(r) for r in ours} - {"dsv4-pro"}):
+        h, i = routed_shape(next(r for r in ours if routed_model(r) == model))
         name, experts = LAYER_MODELS[model]
         out.append(f"{name} geometry: H={h}, I={i}, top-6, {experts} routed experts (EP8 holds "
                    f"{experts // 8} of them).")
@@ -160,7 +165,7 @@ def routed_table(routed_path, baselines_path):
     for r in ours:
         roof_us = routed_roofline_us(r, read_bps, bf16_flops)
         path_us, gemm_us = r["graph_us"], r["gemm_us"]
-        b = baselines.get((r.get("model", "dsv4-pro"), r["experts"], r["T"]), {})
+        b = baselines.get((routed_model(r), r["experts"], r["T"]), {})
         bf16, fp8 = b.get("bf16_us"), b.get("fp8_us")
         weights, act = routed_format(r)
         out.append(f"| {workload_name(r)} | {r['T']} | {r['pairs']} | {r['touched']} | {r['config']} "
