@@ -64,6 +64,7 @@ TEST(Mxfp4Weights, MalformedTensorsAreErrorsNamingThem) {
                           "expected [4, 2]");
   }
   {
+    f.codes.resize(4 * 32 * 2, 0x11);  // an F16 [4, 32] tensor holds 256 bytes
     const ModelDir dir(f.write(DType::F16, {4, 32}, DType::F8E8M0, {4, 2}));
     EXPECT_ERROR_CONTAINS(read_mxfp4_weight(dir, "e.w1", 4, 64), "dtype F16", "expected I8 or U8");
   }
