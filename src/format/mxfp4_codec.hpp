@@ -77,12 +77,16 @@ NVFP4_HD float fp8_act_block_scale(float amax) {
 
 // The E4M3 byte of x under block scale s: e4m3(clamp(x / s, -448, 448)). x / s
 // is exact (s is a power of two) short of FP32 underflow, where IEEE rounding
-// applies as in the kernel.
-NVFP4_HD uint8_t fp8_act_code(float x, float s) {
-  float v = x / s;
+// applies as in the kernel. A NaN quotient is the byte 0x7F whatever its sign
+// bit: which operand's NaN an x86 division or multiplication passes on
+// depends on the order the compiler puts them in, and the GPU's arithmetic
+// returns its one canonical, positive NaN.
+NVFP4_HD uint8_t fp8_act_byte(float v) {
+  if (v != v) return kE4M3NaN;
   v = v > kE4M3Max ? kE4M3Max : (v < -kE4M3Max ? -kE4M3Max : v);
   return e4m3_from_float(v);
 }
+NVFP4_HD uint8_t fp8_act_code(float x, float s) { return fp8_act_byte(x / s); }
 
 // fp8_act_code with the multiply by 1/s that the CUDA staging runs instead
 // of the division: the same byte for every x. s is NaN or a power of two in
@@ -90,10 +94,6 @@ NVFP4_HD uint8_t fp8_act_code(float x, float s) {
 // normal float and x * (1/s) and x / s are one rounding of the same real
 // number (tested against fp8_act_code).
 NVFP4_HD float fp8_act_inverse_scale(float s) { return 1.0f / s; }
-NVFP4_HD uint8_t fp8_act_code_by_inverse(float x, float inv_s) {
-  float v = x * inv_s;
-  v = v > kE4M3Max ? kE4M3Max : (v < -kE4M3Max ? -kE4M3Max : v);
-  return e4m3_from_float(v);
-}
+NVFP4_HD uint8_t fp8_act_code_by_inverse(float x, float inv_s) { return fp8_act_byte(x * inv_s); }
 
 }  // namespace nvfp4moe::fmt

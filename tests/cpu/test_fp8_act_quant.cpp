@@ -150,6 +150,13 @@ TEST(Fp8ActQuant, MultiplyByTheInverseScaleIsTheDivision) {
     for (int i = 0; i < 2000; ++i) check(float(rng.normal()) * std::exp2(float(rng.below(30)) - 10.0f));
   }
   EXPECT_GT(checked, 100000);
+  // A NaN quotient is the byte 0x7F whatever the sign bit of the NaN that
+  // reaches it (x86 passes on an operand's NaN, the GPU its canonical one).
+  for (const float x : {NAN, -NAN})
+    for (const float s : {1.0f, 0x1p-23f, 0x1p120f, -NAN}) {
+      EXPECT_EQ(fmt::fp8_act_code(x, s), 0x7F) << "x " << x << " s " << s;
+      EXPECT_EQ(fmt::fp8_act_code_by_inverse(x, fmt::fp8_act_inverse_scale(s)), 0x7F) << "x " << x << " s " << s;
+    }
 }
 
 }  // namespace
