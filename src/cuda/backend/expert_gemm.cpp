@@ -3,8 +3,10 @@
 #include "cuda/kernels/ref/grouped_gemm_ref.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "cuda/kernels/sm90_nvfp4_prefill_gemm.hpp"
 #include "nvfp4moe/error.hpp"
@@ -14,7 +16,21 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 3;
+constexpr int64_t kDecodeMaxTouched = 82;
 constexpr int64_t kNarrowMaxPerExpert = 16;
+// NOTES (H100, routed path in a graph, decode / 32-wide launch forced on the
+// same routing, two rounds): the decode kernel's lead over the 32-wide launch
+// follows the number of experts touched, not the pairs an expert. EP1 V4-Pro
+// (384 experts): 46 touched (T=8) 612 / 635 us, 64 (T=12) 836 / 859, 87
+// (T=16) 1222 / 1146, 107 (T=20) 1504 / 1371, 128 (T=24) 1828 / 1658; EP1
+// V4-Flash (256): 46 touched 254 / 263, 59 330 / 320, 85 465 / 485, 109 613 /
+// 598, 144 772 / 717, 202 1094 / 1003; with 48 local experts (at most 48
+// touched) the decode kernel leads up to 2.5 pairs an expert. The H200 rows
+// at 239 and 300 touched (EP1 V4-Pro T=64, 128) tied: 2790 / 2796, 3937 /
+// 3898. So the decode range also ends where uniform routing is expected to
+// touch kDecodeMaxTouched experts: V4-Pro's boundary lies between 72 and 96
+// pairs (65.7 and 85.0 experts expected), V4-Flash's between 96 and 144
+// (80.2 and 110.3), and 82 falls in both intervals.
 // NOTES (measured on the H200): above it the Split launches everywhere.
 // With three consumer warpgroups in the 32-wide prefill kernel the decode
 // kernel wins only up to 2-3 pairs per expert (one run, GEMMs us, decode /
@@ -60,8 +76,9 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, int64_t 
     out.candidates[out.count++] = C{k, -1, all};
     return out;
   }
-  out.decode_sized_for = std::min(out.decode_sized_for, kDecodeMaxPerExpert * local);
-  const int64_t decode_max = decode ? kDecodeMaxPerExpert * local : -1;
+  const int64_t decode_max =
+      decode ? std::min(kDecodeMaxPerExpert * local, pairs_touching_at_most(local, kDecodeMaxTouched)) : -1;
+  out.decode_sized_for = std::min(out.decode_sized_for, std::max<int64_t>(decode_max, 0));
   const int64_t narrow_max = kNarrowMaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Narrow, decode_max, narrow_max}, {C::Wgmma, narrow_max, all}};
   for (const C& c : ranges) {
@@ -69,6 +86,15 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, int64_t 
     if (hi > c.above) out.candidates[out.count++] = C{c.kind, c.above, hi};
   }
   return out;
+}
+
+int64_t pairs_touching_at_most(int64_t experts, int64_t touched) {
+  NVFP4_CHECK(experts >= 1 && touched >= 0, "pairs_touching_at_most: ", touched, " of ", experts, " experts");
+  if (touched >= experts) return std::numeric_limits<int64_t>::max();
+  // p pairs drawn uniformly leave an expert untouched with probability
+  // (1 - 1/E)^p: E (1 - (1 - 1/E)^p) <= n  <=>  p <= log(1 - n/E) / log(1 - 1/E).
+  const double e = double(experts), n = double(touched);
+  return int64_t(std::floor(std::log1p(-n / e) / std::log1p(-1.0 / e) + 1e-9));
 }
 
 int64_t planned_pairs(int64_t slots, int64_t local_experts, int64_t experts) {

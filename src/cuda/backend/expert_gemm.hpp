@@ -12,8 +12,11 @@
 // for some count up to the host's bound is queued, each with a disjoint
 // range of live pairs (GroupedGemmPlan::live_pairs); all but one exit at once.
 // Ranges, in average tokens per local expert (the decode range measured on
-// the H200, the narrow range's end on an H100; docs/performance.md):
-//   <= 3: sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
+// the H200, its end in touched experts and the narrow range's end on an
+// H100; docs/performance.md):
+//   <= 3, and at most as many pairs as uniform routing needs to touch 82
+//         experts (92 of 384, 98 of 256; no bound up to 86 local experts):
+//         sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
 //  <= 16: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
 //         launch, TokenBlocks::All)
 //   above: sm90_nvfp4_prefill_gemm, 128 positions per tile, an expert's last
@@ -65,6 +68,11 @@ struct ExpertGemmChoice {
 // which sizes the decode kernel's items; the candidates follow the bound.
 ExpertGemmChoice choose_expert_gemm(int64_t local_experts, int64_t pairs_bound, int64_t pairs_planned,
                                     bool has_fragment, bool decode_supported, const char* forced);
+
+// The most pairs for which uniform routing over `experts` is expected to
+// touch at most `touched` of them (the largest p with E (1 - (1 - 1/E)^p) <=
+// touched); no bound (INT64_MAX) when touched >= experts.
+int64_t pairs_touching_at_most(int64_t experts, int64_t touched);
 
 // The live pairs to plan a forward for when `slots` (token, slot) pairs can
 // reach `local_experts` of `experts`: 1.5 times their share under uniform
