@@ -16,21 +16,7 @@ namespace nvfp4moe::cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxPerExpert = 3;
-constexpr int64_t kDecodeMaxTouched = 82;
 constexpr int64_t kNarrowMaxPerExpert = 16;
-// NOTES (H100, routed path in a graph, decode / 32-wide launch forced on the
-// same routing, two rounds): the decode kernel's lead over the 32-wide launch
-// follows the number of experts touched, not the pairs an expert. EP1 V4-Pro
-// (384 experts): 46 touched (T=8) 612 / 635 us, 64 (T=12) 836 / 859, 87
-// (T=16) 1222 / 1146, 107 (T=20) 1504 / 1371, 128 (T=24) 1828 / 1658; EP1
-// V4-Flash (256): 46 touched 254 / 263, 59 330 / 320, 85 465 / 485, 109 613 /
-// 598, 144 772 / 717, 202 1094 / 1003; with 48 local experts (at most 48
-// touched) the decode kernel leads up to 2.5 pairs an expert. The H200 rows
-// at 239 and 300 touched (EP1 V4-Pro T=64, 128) tied: 2790 / 2796, 3937 /
-// 3898. So the decode range also ends where uniform routing is expected to
-// touch kDecodeMaxTouched experts: V4-Pro's boundary lies between 72 and 96
-// pairs (65.7 and 85.0 experts expected), V4-Flash's between 96 and 144
-// (80.2 and 110.3), and 82 falls in both intervals.
 // NOTES (measured on the H200): above it the Split launches everywhere.
 // With three consumer warpgroups in the 32-wide prefill kernel the decode
 // kernel wins only up to 2-3 pairs per expert (one run, GEMMs us, decode /
@@ -50,6 +36,23 @@ constexpr int64_t kNarrowMaxPerExpert = 16;
 // 222. Above 16 an expert's rows spill into a second 32-wide block more
 // often, which reads its weights twice where Split's 64-wide block reads
 // them once (at 32 a expert: V4-Pro EP8 T=256, 885 against 773 us).
+
+constexpr int64_t kDecodeMaxTouched = 80;
+// NOTES (H100, routed path in a graph, decode / 32-wide launch forced on the
+// same routing, two rounds): the decode kernel's lead over the 32-wide launch
+// follows the number of experts touched, not the pairs an expert. EP1 V4-Pro
+// (384 experts): 46 touched (T=8) 612 / 635 us, 64 (T=12) 836 / 859, 87
+// (T=16) 1222 / 1146, 107 (T=20) 1504 / 1371, 128 (T=24) 1828 / 1658; EP1
+// V4-Flash (256): 46 touched 254 / 263, 59 330 / 320, 85 465 / 485, 109 613 /
+// 598, 144 772 / 717, 202 1094 / 1003; with 48 local experts (at most 48
+// touched) the decode kernel leads up to 2.5 pairs an expert. The H200 rows
+// at 239 and 300 touched (EP1 V4-Pro T=64, 128) tied: 2790 / 2796, 3937 /
+// 3898. So the decode range also ends where uniform routing is expected to
+// touch kDecodeMaxTouched experts. Near 80 the two models part: V4-Pro at
+// T=15 (90 pairs, 80.3 experts expected) takes 1134 us with the decode
+// kernel and 1045-1052 with the 32-wide launch, V4-Flash at T=16 (96 pairs,
+// 80.2 expected) 464-466 and 482-486, and T=17 (84.3 expected) ties. 80
+// keeps the larger of the two gains.
 
 }  // namespace
 

@@ -14,8 +14,8 @@
 // Ranges, in average tokens per local expert (the decode range measured on
 // the H200, its end in touched experts and the narrow range's end on an
 // H100; docs/performance.md):
-//   <= 3, and at most as many pairs as uniform routing needs to touch 82
-//         experts (92 of 384, 98 of 256; no bound up to 86 local experts):
+//   <= 3, and at most as many pairs as uniform routing needs to touch 80
+//         experts (89 of 384, 95 of 256; no bound up to 84 local experts):
 //         sm90_nvfp4_decode_gemm (decode; K % 1024 == 0)
 //  <= 16: sm90_nvfp4_prefill_gemm 32 positions wide over every block (one
 //         launch, TokenBlocks::All)
