@@ -79,9 +79,9 @@ ExpertGemmChoice choose_expert_gemm(int64_t local, int64_t pairs_bound, int64_t 
     out.candidates[out.count++] = C{k, -1, all};
     return out;
   }
-  const int64_t decode_max =
-      decode ? std::min(kDecodeMaxPerExpert * local, pairs_touching_at_most(local, kDecodeMaxTouched)) : -1;
-  out.decode_sized_for = std::min(out.decode_sized_for, std::max<int64_t>(decode_max, 0));
+  const int64_t decode_end = std::min(kDecodeMaxPerExpert * local, pairs_touching_at_most(local, kDecodeMaxTouched));
+  out.decode_sized_for = std::min(out.decode_sized_for, decode_end);
+  const int64_t decode_max = decode ? decode_end : -1;
   const int64_t narrow_max = kNarrowMaxPerExpert * local;
   const C ranges[3] = {{C::Decode, -1, decode_max}, {C::Narrow, decode_max, narrow_max}, {C::Wgmma, narrow_max, all}};
   for (const C& c : ranges) {
