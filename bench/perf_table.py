@@ -29,8 +29,9 @@ benchmarks' machine-readable output of one run:
                     lines.
 
 Every input is optional; each table is written when its input is given. The
-roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense)
-against the ceilings of the same run, the weight bytes being the format's
+roofline of a routed row is max(weight bytes / HBM read, FLOPs / BF16 dense;
+FP8 dense for the FP8 form's kernels, fp8-*) against the ceilings of the
+same run, the weight bytes being the format's
 own (its checkpoint's: NVFP4 4.5 bits a weight, MXFP4 4.25, which the
 device reads); the fraction is roofline / time. Where a run
 has MXFP4 rows, a second table sets each beside the NVFP4 row of the same
@@ -95,15 +96,18 @@ def routed_format(r):
     return r.get("format", "nvfp4"), r.get("act", "nvfp4")
 
 
-def routed_roofline_us(r, read_bps, bf16_flops):
-    """Roofline of a routed row from the format's own weight bytes."""
+def routed_roofline_us(r, read_bps, peaks):
+    """Roofline of a routed row from the format's own weight bytes and the
+    peak of its tensor cores: FP8 for the FP8 form's kernels (fp8-*), when
+    the run measured it, else BF16."""
     h, i = routed_shape(r)
     weight_bytes = r.get("checkpoint_bytes", r.get("bytes", r["touched"] * 3.0 * h * i * NVFP4_BYTES_PER_VALUE))
     flops = r.get("flops", 2.0 * r["pairs"] * 3.0 * h * i)
-    return max(weight_bytes / read_bps, flops / bf16_flops) * 1e6
+    fp8_form = r["config"].startswith("fp8-") and peaks.get("fp8")
+    return max(weight_bytes / read_bps, flops / peaks["fp8" if fp8_form else "bf16"]) * 1e6
 
 
-def format_comparison(ours, read_bps, bf16_flops):
+def format_comparison(ours, read_bps, peaks):
     """MXFP4 rows beside the NVFP4 rows of the same (experts, act, T)."""
     nvfp4 = {(r["experts"], routed_format(r)[1], r["T"]): r for r in ours if routed_format(r)[0] == "nvfp4"}
     pairs = [(nvfp4[(r["experts"], routed_format(r)[1], r["T"])], r) for r in ours
@@ -115,7 +119,7 @@ def format_comparison(ours, read_bps, bf16_flops):
            "| NVFP4 GEMM fraction | MXFP4 GEMM fraction | MXFP4 / NVFP4 | NVFP4 path fraction | MXFP4 path fraction |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, m in pairs:
-        rn, rm = routed_roofline_us(n, read_bps, bf16_flops), routed_roofline_us(m, read_bps, bf16_flops)
+        rn, rm = routed_roofline_us(n, read_bps, peaks), routed_roofline_us(m, read_bps, peaks)
         fn, fm = rn / n["gemm_us"], rm / m["gemm_us"]
         h, i = routed_shape(m)
         read_gb = m.get("device_bytes", m["touched"] * 3.0 * h * i * NVFP4_BYTES_PER_VALUE) / 1e9
@@ -138,7 +142,9 @@ def routed_table(routed_path, baselines_path):
     if ceil is None:
         sys.exit(f"perf_table: {routed_path} has no ceilings line")
     read_bps = ceil["read_tbps"] * 1e12
-    bf16_flops = ceil["bf16_tflops"] * 1e12
+    peaks = {"bf16": ceil["bf16_tflops"] * 1e12}
+    if "fp8_tflops" in ceil:
+        peaks["fp8"] = ceil["fp8_tflops"] * 1e12
     baselines = {}
     if baselines_path:
         for r in json_lines(baselines_path):
@@ -147,8 +153,9 @@ def routed_table(routed_path, baselines_path):
     out = []
     copy = f", device copy (read + write) {ceil['copy_tbps']:.2f} TB/s" if "copy_tbps" in ceil else ""
     on = f" on {ceil['device']}" if ceil.get("device") else ""
+    fp8_peak = f", FP8 dense {ceil['fp8_tflops']:.0f} TFLOP/s" if "fp8_tflops" in ceil else ""
     out.append(f"Ceilings measured in the same run{on}: HBM read {ceil['read_tbps']:.2f} TB/s{copy}, "
-               f"BF16 dense {ceil['bf16_tflops']:.0f} TFLOP/s.")
+               f"BF16 dense {ceil['bf16_tflops']:.0f} TFLOP/s{fp8_peak}.")
     out.append("")
     ours = sorted((r for r in rows if r.get("kind") == "ours"),
                   key=lambda r: (r["experts"], r["T"], order(FORMATS, routed_format(r)[0]),
@@ -163,7 +170,7 @@ def routed_table(routed_path, baselines_path):
                "| roofline us | GEMM fraction | path fraction | PyTorch BF16 us | PyTorch FP8 us | vs BF16 | vs FP8 |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ours:
-        roof_us = routed_roofline_us(r, read_bps, bf16_flops)
+        roof_us = routed_roofline_us(r, read_bps, peaks)
         path_us, gemm_us = r["graph_us"], r["gemm_us"]
         b = baselines.get((routed_model(r), r["experts"], r["T"]), {})
         bf16, fp8 = b.get("bf16_us"), b.get("fp8_us")
@@ -179,10 +186,10 @@ def routed_table(routed_path, baselines_path):
                "launches). format: the routed experts' weights; act: their activation mode (docs/numerics.md "
                "§7). Roofline: max(the format's bytes of the touched experts (NVFP4 4.5 bits a weight, MXFP4 "
                "its checkpoint's 4.25, which the device reads) / HBM read, 2 x pairs x 3HI FLOPs / BF16 "
-               "dense). Baselines: PyTorch MoEs with the same routing, SwiGLU and combine, BF16 "
-               "`torch._grouped_mm` and FP8 rowwise `torch._scaled_grouped_mm`; vs = baseline time / "
+               "dense, or FP8 dense for the FP8 form's kernels fp8-narrow and fp8-split). Baselines: PyTorch "
+               "MoEs with the same routing, SwiGLU and combine, BF16 `torch._grouped_mm` and FP8 rowwise `torch._scaled_grouped_mm`; vs = baseline time / "
                "routed path time.")
-    out += format_comparison(ours, read_bps, bf16_flops)
+    out += format_comparison(ours, read_bps, peaks)
     return out
 
 

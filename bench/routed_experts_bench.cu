@@ -20,7 +20,10 @@
 // them into one multiplier byte per 32 weights: the device reads the
 // checkpoint's 4.25 bits a weight. Their rows state the bytes read and the
 // fraction of the 4.25-bit roofline (the format's own) beside the NVFP4
-// row's fraction. Usage:
+// row's fraction. Weights whose rows qualify for the FP8 form of the
+// prefill GEMM (MXFP4) run the fp8 mode twice: the BF16 form, then the FP8
+// form at the sizes where the device runs the prefill kernel (its rows'
+// kernel fp8-narrow / fp8-split). Usage:
 //   nvfp4moe_routed_bench [--model dsv4-pro|dsv4-flash] [--experts 48,384]
 //                         [--tokens 1,8,64,512,2048,4096,8192]
 //                         [--format nvfp4,mxfp4] [--act nvfp4,bf16,fp8]
@@ -36,6 +39,7 @@
 #include <functional>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -537,9 +541,12 @@ void print_format_summary(const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
-// One row of the table: T tokens routed uniformly over E experts.
-Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T, ExpertFormat format,
-              ActivationMode act, const Options& o, const Ceilings& c) {
+// One row of the table: T tokens routed uniformly over E experts. Weights
+// with the FP8 form's row exponents (the second fp8-mode run) give no row
+// where the device runs the decode kernel: it would time the first run's
+// kernels again.
+std::optional<Row> bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64_t E, int64_t T,
+                             ExpertFormat format, ActivationMode act, const Options& o, const Ceilings& c) {
   const Shape& s = f.shape;
   const int64_t P = T * s.top_k;
   const Routing routing = uniform_routing(T, E, s.top_k);
@@ -548,6 +555,7 @@ Row bench_row(RoutedExperts& routed, const TileWeights& tiles, Forward& f, int64
   const GroupingArgs ga = f.grouping(T, E);
   const RoutedExperts::Plan p =
       routed.plan(RoutedInput{.x = f.x.get(), .x_is_bf16 = true, .rows = T}, f.pairs(T), PairOutput{.rows = f.y_pair.get()});
+  if (routed.fp8_prefill() && !ExpertGemmCandidate::prefill(p.gemm.kind_for(P))) return std::nullopt;
   const CombineArgs ca = f.combine(T);
   Row w{.model = o.model.c_str(), .ep = workload_label(s, E), .H = s.H, .I = s.I, .E = E, .T = T, .P = P, .touched = routing.touched,
         .format = format, .act = act, .config = chosen_kernel(p.gemm, P, p.fp8)};
@@ -663,7 +671,9 @@ int main(int argc, char** argv) {
                              RoutedExperts::Capacity{.input_rows = max_t, .pairs = max_t * shape.top_k},
                              RoutedKernels::Fast, 0.0f);
         for (const int64_t T : o.tokens) {
-          rows.push_back(bench_row(routed, w.tiles, f, E, T, format, runs[a].first, o, c));
+          std::optional<Row> row = bench_row(routed, w.tiles, f, E, T, format, runs[a].first, o, c);
+          if (!row) continue;
+          rows.push_back(*row);
           print_row(rows.back(), c, modes, nvfp4_twin(rows, rows.back()), js);
         }
       }

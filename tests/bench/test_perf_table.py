@@ -94,6 +94,22 @@ class PerfTable(unittest.TestCase):
         self.assertEqual(pairs[0][1:], ["1", "bf16", "decode", "100.0", "94.0", "0.223", "0.211", "56 %", "56 %",
                                         "1.00", "45 %", "42 %"])
 
+    def test_fp8_form_rows_use_the_fp8_peak(self):
+        # 2048 tokens: 12288 pairs x 3HI x 2 = 1.62 TFLOP against 0.21 GB of 48 experts' checkpoint bytes.
+        ceilings = dict(CEILINGS, fp8_tflops=1600.0)
+        bf16_form = routed_row(2048, 48, 3000.0, 3100.0, "mxfp4", "fp8")
+        bf16_form["config"] = "split"
+        fp8_form = dict(bf16_form, config="fp8-split", gemm_us=4000.0, graph_us=4100.0)
+        text = self.run_table("--routed", "{r}", r=self.json_lines([ceilings, bf16_form, fp8_form]))
+        self.assertIn("FP8 dense 1600 TFLOP/s", text)
+        main = {r[4]: r for r in table_rows(text, "EP8 (48 experts)") if len(r) == 16}
+        self.assertEqual(main["split"][9:11], ["2029.4", "68 %"])     # 1.6235e12 / 800 TFLOP/s
+        self.assertEqual(main["fp8-split"][9:11], ["1014.7", "25 %"])  # 1.6235e12 / 1600 TFLOP/s
+        # A run without the FP8 ceiling keeps the BF16 peak for every row.
+        text = self.run_table("--routed", "{r}", r=self.json_lines([CEILINGS, fp8_form]))
+        self.assertNotIn("FP8 dense", text.split("\n")[2])
+        self.assertEqual(table_rows(text, "EP8 (48 experts)")[0][9], "2029.4")
+
     def test_layer_csv_both_forms(self):
         head = "workload,T,rows,pairs,experts,time_us,bytes,flops,roofline_us,fraction"
         old = head + "\nep8,1,5,8,7,117.5,268000000,1100000000,60.10,0.5115\n"
