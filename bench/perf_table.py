@@ -187,8 +187,8 @@ def routed_table(routed_path, baselines_path):
                "§7). Roofline: max(the format's bytes of the touched experts (NVFP4 4.5 bits a weight, MXFP4 "
                "its checkpoint's 4.25, which the device reads) / HBM read, 2 x pairs x 3HI FLOPs / BF16 "
                "dense, or FP8 dense for the FP8 form's kernels fp8-narrow and fp8-split). Baselines: PyTorch "
-               "MoEs with the same routing, SwiGLU and combine, BF16 `torch._grouped_mm` and FP8 rowwise `torch._scaled_grouped_mm`; vs = baseline time / "
-               "routed path time.")
+               "MoEs with the same routing, SwiGLU and combine, BF16 `torch._grouped_mm` and FP8 rowwise "
+               "`torch._scaled_grouped_mm`; vs = baseline time / routed path time.")
     out += format_comparison(ours, read_bps, peaks)
     return out
 
