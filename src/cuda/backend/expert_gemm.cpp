@@ -52,7 +52,10 @@ constexpr int64_t kDecodeMaxTouched = 80;
 // T=15 (90 pairs, 80.3 experts expected) takes 1134 us with the decode
 // kernel and 1045-1052 with the 32-wide launch, V4-Flash at T=16 (96 pairs,
 // 80.2 expected) 464-466 and 482-486, and T=17 (84.3 expected) ties. 80
-// keeps the larger of the two gains.
+// keeps the larger of the two gains. On an H200 (same bench) V4-Pro crosses
+// at the same place (80 and 87 touched tie: 941 / 946, 1039 / 1037; 107:
+// 1303 / 1226), V4-Flash only near 144 (85 touched 414 / 460, 109 553 /
+// 570, 144 676 / 669): the rule costs V4-Flash 3-10 % there.
 
 }  // namespace
 
