@@ -118,28 +118,53 @@ inline void dot_rows_tokens_ref(const float* const* a, int m, const float* w, in
   for (int t = 0; t < m; ++t) dot_rows_ref(a[t], w, rows, K, out + t * ldo);
 }
 
-// The run-time-dispatched versions (cpu_kernels.cpp): same contracts.
+// The run-time-dispatched versions (cpu_kernels.cpp): same contracts. Each
+// runs the code of the best ISA the CPU has, or (overloads taking a CpuIsa)
+// of a given one, so that tests run every one the CPU has; where a kernel
+// has no code for that ISA it takes the next lower one. Dots of different
+// ISAs sum in different orders (AVX-512 16 lanes, AVX2 8).
+enum class CpuIsa : uint8_t { Scalar, Avx2, Avx512 };
+bool cpu_isa_available(CpuIsa isa);
+CpuIsa cpu_isa_best();
+const char* cpu_isa_name(CpuIsa isa);
+// The best ISA's name ("avx512", "avx2", "scalar").
+const char* cpu_kernel_isa();
+
 void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
                      int64_t ldo);
 void dequant_rows_noglobal(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
                            int64_t K, float* out);
+void dequant_mxfp4_rows(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t K,
+                        float* out);
 void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* out);
 void widen_bf16(const Bf16* w, int64_t n, float* out);
-// Which SIMD path the dispatched kernels take on this machine ("avx512", "avx2", "scalar").
-const char* cpu_kernel_isa();
+void dot_rows_tokens(CpuIsa isa, const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
+                     int64_t ldo);
+void dequant_rows_noglobal(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales,
+                           int64_t n, int64_t K, float* out);
+void dequant_mxfp4_rows(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                        int64_t K, float* out);
+void dot_rows(CpuIsa isa, const float* a, const float* w, int64_t rows, int64_t K, float* out);
+void widen_bf16(CpuIsa isa, const Bf16* w, int64_t n, float* out);
 
 // Dequantization fused into the dots, for groups of at most kDotTokens
 // tokens (decode): out[t * ldo + r] = dot(a[t], W row r) with W rows [0, n)
 // of an NVFP4 matrix with K columns, dequantized as value(q) * f32(s) on the
 // fly — no tile is stored. Bit-identical to dequant_rows_noglobal followed by
-// dot_rows_tokens (same products, same FMA order). `scratch` (n * K floats) is
-// used only by the non-AVX-512 fallback, which is exactly that sequence.
+// dot_rows_tokens of the same ISA (same products, same FMA order). `scratch`
+// (n * K floats) is used only by the scalar fallback, which is exactly that
+// sequence.
 void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
+void nvfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
                            const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
 
 // The same for BF16 weight rows (the shared expert in decode): widening fused
-// into the dots, bit-identical to widen_bf16 followed by dot_rows_tokens.
+// into the dots, bit-identical to widen_bf16 followed by dot_rows_tokens of
+// the same ISA.
 void bf16_dot_rows_tokens(const float* const* a, int m, const Bf16* w, int64_t n, int64_t K, float* out,
+                          int64_t ldo, float* scratch);
+void bf16_dot_rows_tokens(CpuIsa isa, const float* const* a, int m, const Bf16* w, int64_t n, int64_t K, float* out,
                           int64_t ldo, float* scratch);
 
 // h = silu(min(gate, L)) * clamp(up, -L, L), silu(z) = z / (1 + exp(-z)).

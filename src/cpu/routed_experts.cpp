@@ -105,7 +105,7 @@ void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t
   }
   const bool fused = !mx && float_positions <= kDotTokens;
   float* tile = s.tile_of(kTileRows * K);
-  if (mx) dequant_mxfp4_rows_ref(lut, codes, scales, n, K, tile);
+  if (mx) dequant_mxfp4_rows(lut, codes, scales, n, K, tile);
   else if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, tile);
   const float* a[kDotTokens];
   int64_t pos_of[kDotTokens];

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "cpu/cpu_kernels.hpp"
@@ -15,20 +16,31 @@
 namespace nvfp4moe::test {
 namespace {
 
+// Every ISA this CPU has: each kernel is tested in each.
+std::vector<cpu::CpuIsa> available_isas() {
+  std::vector<cpu::CpuIsa> v;
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512})
+    if (cpu::cpu_isa_available(isa)) v.push_back(isa);
+  return v;
+}
+
 TEST(CpuKernels, DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const int64_t n = 7, K = 4096;
   std::vector<uint8_t> codes(static_cast<size_t>(n * K / 2)), scales(static_cast<size_t>(n * K / 16));
   for (auto& c : codes) c = uint8_t(rng.next());
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i < 256 ? i : rng.next());  // all 256 bytes, NaN too
   const cpu::E2m1PairTable lut;
-  std::vector<float> a(static_cast<size_t>(n * K), 1.0f), b(static_cast<size_t>(n * K), 2.0f);
-  cpu::dequant_rows_noglobal(lut, codes.data(), scales.data(), n, K, a.data());
+  std::vector<float> b(static_cast<size_t>(n * K), 2.0f);
   cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), n, K, b.data());
-  EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
-                  int64_t(a.size() * 4), "dequant vs ref");
+  for (cpu::CpuIsa isa : available_isas()) {
+    std::vector<float> a(static_cast<size_t>(n * K), 1.0f);
+    cpu::dequant_rows_noglobal(isa, lut, codes.data(), scales.data(), n, K, a.data());
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
+                    int64_t(a.size() * 4), std::string("dequant vs ref, ") + cpu::cpu_isa_name(isa));
+  }
   // And the reference is the spec: value(q) * e4m3(s), element 2i in the low nibble.
   for (int64_t i : {int64_t(0), int64_t(1), int64_t(4095), int64_t(5000), n * K - 1}) {
     const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
@@ -38,58 +50,95 @@ TEST(CpuKernels, DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
   }
 }
 
+// MXFP4 tiles: every code under every UE8M0 byte (0x00 is 2^-127, 0xFF NaN),
+// each ISA bit for bit against the reference, and the reference against the
+// codec's mxfp4_value.
+TEST(CpuKernels, Mxfp4DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const int64_t n = 5, K = 2048;
+  std::vector<uint8_t> codes(static_cast<size_t>(n * K / 2)), scales(static_cast<size_t>(n * K / 32));
+  for (auto& c : codes) c = uint8_t(rng.next());
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i < 256 ? i : rng.next());
+  const cpu::E2m1PairTable lut;
+  std::vector<float> b(static_cast<size_t>(n * K), 2.0f);
+  cpu::dequant_mxfp4_rows_ref(lut, codes.data(), scales.data(), n, K, b.data());
+  for (int64_t i = 0; i < n * K; ++i) {
+    const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
+    const float want = fmt::mxfp4_value(q, scales[size_t(i / 32)]);
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(b[size_t(i)])) << "element " << i;
+    else ASSERT_EQ(fmt::float_to_bits(b[size_t(i)]), fmt::float_to_bits(want)) << "element " << i;
+  }
+  for (cpu::CpuIsa isa : available_isas()) {
+    std::vector<float> a(static_cast<size_t>(n * K), 1.0f);
+    cpu::dequant_mxfp4_rows(isa, lut, codes.data(), scales.data(), n, K, a.data());
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
+                    int64_t(a.size() * 4), std::string("mxfp4 dequant vs ref, ") + cpu::cpu_isa_name(isa));
+  }
+}
+
 TEST(CpuKernels, DotsMatchReferenceAndWideningIsExact) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
-  for (int64_t rows : {1, 3, 4, 9, 16}) {
-    const int64_t K = 16 * (1 + rng.below(300));
-    const std::vector<float> a = random_normal(rng, K), w = random_normal(rng, rows * K);
-    std::vector<float> got(static_cast<size_t>(rows), NAN), want(static_cast<size_t>(rows));
-    cpu::dot_rows(a.data(), w.data(), rows, K, got.data());
-    cpu::dot_rows_ref(a.data(), w.data(), rows, K, want.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      double exact = 0, mag = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        exact += double(a[size_t(k)]) * double(w[size_t(r * K + k)]);
-        mag += std::fabs(double(a[size_t(k)]) * double(w[size_t(r * K + k)]));
+  for (cpu::CpuIsa isa : available_isas()) {
+    for (int64_t rows : {1, 3, 4, 9, 16}) {
+      SCOPED_TRACE(cpu::cpu_isa_name(isa));
+      const int64_t K = 16 * (1 + rng.below(300));
+      const std::vector<float> a = random_normal(rng, K), w = random_normal(rng, rows * K);
+      std::vector<float> got(static_cast<size_t>(rows), NAN), want(static_cast<size_t>(rows));
+      cpu::dot_rows(isa, a.data(), w.data(), rows, K, got.data());
+      cpu::dot_rows_ref(a.data(), w.data(), rows, K, want.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double exact = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          exact += double(a[size_t(k)]) * double(w[size_t(r * K + k)]);
+          mag += std::fabs(double(a[size_t(k)]) * double(w[size_t(r * K + k)]));
+        }
+        // FP32 sums in different orders: each within 1e-6 of sum |a_k w_k| of
+        // the exact dot, so within 2e-6 of each other. A bound relative to the
+        // result itself fails on rows whose terms cancel (seed 4614310724252396694).
+        EXPECT_NEAR(got[size_t(r)], exact, 1e-6 * mag) << "rows=" << rows << " K=" << K << " row " << r;
+        EXPECT_NEAR(want[size_t(r)], exact, 1e-6 * mag) << "reference, rows=" << rows << " K=" << K << " row " << r;
+        EXPECT_NEAR(got[size_t(r)], want[size_t(r)], 2e-6 * mag) << "rows=" << rows << " K=" << K << " row " << r;
       }
-      // FP32 sums in different orders: each within 1e-6 of sum |a_k w_k| of
-      // the exact dot, so within 2e-6 of each other. A bound relative to the
-      // result itself fails on rows whose terms cancel (seed 4614310724252396694).
-      EXPECT_NEAR(got[size_t(r)], exact, 1e-6 * mag) << "rows=" << rows << " K=" << K << " row " << r;
-      EXPECT_NEAR(want[size_t(r)], exact, 1e-6 * mag) << "reference, rows=" << rows << " K=" << K << " row " << r;
-      EXPECT_NEAR(got[size_t(r)], want[size_t(r)], 2e-6 * mag) << "rows=" << rows << " K=" << K << " row " << r;
     }
   }
   std::vector<Bf16> h(1000);
   for (auto& v : h) v = Bf16{uint16_t(rng.next())};
-  std::vector<float> f1(h.size()), f2(h.size());
-  cpu::widen_bf16(h.data(), int64_t(h.size()), f1.data());
+  std::vector<float> f2(h.size());
   cpu::widen_bf16_ref(h.data(), int64_t(h.size()), f2.data());
-  EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(f1.data()), reinterpret_cast<const uint8_t*>(f2.data()),
-                  int64_t(f1.size() * 4), "widen_bf16");
+  for (cpu::CpuIsa isa : available_isas()) {
+    std::vector<float> f1(h.size());
+    cpu::widen_bf16(isa, h.data(), int64_t(h.size()), f1.data());
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(f1.data()), reinterpret_cast<const uint8_t*>(f2.data()),
+                    int64_t(f1.size() * 4), std::string("widen_bf16, ") + cpu::cpu_isa_name(isa));
+  }
 }
 
 TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
   // Grouping must never change a token's result (EP ranks group differently).
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   for (int64_t rows : {4, 16, 7}) {
     const int64_t K = 16 * (1 + rng.below(200));
     const std::vector<float> w = random_normal(rng, rows * K);
     std::vector<std::vector<float>> a;
     for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
-    for (int m = 1; m <= cpu::kDotTokens; ++m) {
-      const float* ap[cpu::kDotTokens];
-      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
-      std::vector<float> got(static_cast<size_t>(m * 20), NAN), one(static_cast<size_t>(rows));
-      cpu::dot_rows_tokens(ap, m, w.data(), rows, K, got.data(), 20);
-      for (int t = 0; t < m; ++t) {
-        cpu::dot_rows(a[size_t(t)].data(), w.data(), rows, K, one.data());
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(got[size_t(t * 20 + r)], one[size_t(r)]) << "m=" << m << " token " << t << " row " << r;
+    for (cpu::CpuIsa isa : available_isas()) {
+      for (int m = 1; m <= cpu::kDotTokens; ++m) {
+        SCOPED_TRACE(cpu::cpu_isa_name(isa));
+        const float* ap[cpu::kDotTokens];
+        for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+        std::vector<float> got(static_cast<size_t>(m * 20), NAN), one(static_cast<size_t>(rows));
+        cpu::dot_rows_tokens(isa, ap, m, w.data(), rows, K, got.data(), 20);
+        for (int t = 0; t < m; ++t) {
+          cpu::dot_rows(isa, a[size_t(t)].data(), w.data(), rows, K, one.data());
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(got[size_t(t * 20 + r)], one[size_t(r)]) << "m=" << m << " token " << t << " row " << r;
+        }
       }
     }
   }
@@ -97,7 +146,7 @@ TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
 
 TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const cpu::E2m1PairTable lut;
   for (int64_t rows : {16, 4, 6}) {
@@ -109,22 +158,25 @@ TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
     for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
     std::vector<float> tile(static_cast<size_t>(rows * K)), scratch(static_cast<size_t>(rows * K));
     cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), rows, K, tile.data());
-    for (int m = 1; m <= cpu::kDotTokens; ++m) {
-      const float* ap[cpu::kDotTokens];
-      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
-      std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
-      cpu::nvfp4_dot_rows_tokens(lut, ap, m, codes.data(), scales.data(), rows, K, fused.data(), 16, scratch.data());
-      cpu::dot_rows_tokens(ap, m, tile.data(), rows, K, split.data(), 16);
-      for (int t = 0; t < m; ++t)
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+    for (cpu::CpuIsa isa : available_isas()) {
+      for (int m = 1; m <= cpu::kDotTokens; ++m) {
+        SCOPED_TRACE(cpu::cpu_isa_name(isa));
+        const float* ap[cpu::kDotTokens];
+        for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+        std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
+        cpu::nvfp4_dot_rows_tokens(isa, lut, ap, m, codes.data(), scales.data(), rows, K, fused.data(), 16, scratch.data());
+        cpu::dot_rows_tokens(isa, ap, m, tile.data(), rows, K, split.data(), 16);
+        for (int t = 0; t < m; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+      }
     }
   }
 }
 
 TEST(CpuKernels, FusedBf16DotsEqualWidenThenDotBitwise) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " isa=" << cpu::cpu_kernel_isa());
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   for (int64_t rows : {16, 5}) {
     const int64_t K = 16 * (1 + rng.below(100));
@@ -134,15 +186,18 @@ TEST(CpuKernels, FusedBf16DotsEqualWidenThenDotBitwise) {
     cpu::widen_bf16_ref(w.data(), int64_t(w.size()), wide.data());
     std::vector<std::vector<float>> a;
     for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
-    for (int m = 1; m <= cpu::kDotTokens; ++m) {
-      const float* ap[cpu::kDotTokens];
-      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
-      std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
-      cpu::bf16_dot_rows_tokens(ap, m, w.data(), rows, K, fused.data(), 16, scratch.data());
-      cpu::dot_rows_tokens(ap, m, wide.data(), rows, K, split.data(), 16);
-      for (int t = 0; t < m; ++t)
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+    for (cpu::CpuIsa isa : available_isas()) {
+      for (int m = 1; m <= cpu::kDotTokens; ++m) {
+        SCOPED_TRACE(cpu::cpu_isa_name(isa));
+        const float* ap[cpu::kDotTokens];
+        for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+        std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
+        cpu::bf16_dot_rows_tokens(isa, ap, m, w.data(), rows, K, fused.data(), 16, scratch.data());
+        cpu::dot_rows_tokens(isa, ap, m, wide.data(), rows, K, split.data(), 16);
+        for (int t = 0; t < m; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+      }
     }
   }
 }
