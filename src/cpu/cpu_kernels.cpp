@@ -36,7 +36,8 @@ bool has_avx512() {
   return yes;
 }
 bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return yes;
 }
 
@@ -196,7 +197,7 @@ __attribute__((target("avx512f"))) void bf16_dot_avx512(const float* const* a, c
     }
 }
 
-#define NVFP4_AVX2 __attribute__((target("avx2,fma")))
+#define NVFP4_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 NVFP4_AVX2 float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -259,6 +260,27 @@ NVFP4_AVX2 void widen_avx2(const Bf16* w, int64_t n, float* out) {
     _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
   }
   for (; i < n; ++i) out[i] = bf16_to_float(w[i]);
+}
+
+// 8 E4M3 bytes x their tile scale (exact). A byte shifted into an FP16
+// pattern is e4m3 / 256 exactly, subnormals included (the FP16 exponent
+// bias is 8 more than E4M3's), so vcvtph2ps and an exact multiply by 256
+// give e4m3, and one multiply by the scale rounds as the reference does.
+// 0x7F / 0xFF become FP16's quiet NaN with the byte's sign, which widens
+// to the reference's NaN bits.
+NVFP4_AVX2 void widen_fp8_row_avx2(const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K,
+                                   float* out) {
+  const __m128i nan16 = _mm_set1_epi16(0x7E00), sign16 = _mm_set1_epi16(short(0x8000));
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + k));
+    __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16(short(0xBFFF)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
+    h = _mm_blendv_epi8(h, _mm_or_si128(_mm_and_si128(h, sign16), nan16), nan);
+    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    _mm256_storeu_ps(out + k, _mm256_mul_ps(v, _mm256_set1_ps(tile_scales[k / 128])));
+  }
+  for (; k < K; ++k) out[k] = lut.e4m3[w[k]] * tile_scales[k / 128];
 }
 
 // The AVX2 dots: per (token, row) one 8-lane FP32 accumulator, acc =
@@ -408,6 +430,14 @@ void widen_bf16(CpuIsa isa, const Bf16* w, int64_t n, float* out) {
   widen_bf16_ref(w, n, out);
 }
 
+void widen_fp8_row(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K,
+                   float* out) {
+#ifdef NVFP4_CPU_X86
+  if (use_avx2(isa)) return widen_fp8_row_avx2(lut, w, tile_scales, K, out);
+#endif
+  widen_fp8_row_ref(lut, w, tile_scales, K, out);
+}
+
 void dot_rows_tokens(CpuIsa isa, const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
                      int64_t ldo) {
 #ifdef NVFP4_CPU_X86
@@ -477,6 +507,9 @@ void dot_rows(const float* a, const float* w, int64_t rows, int64_t K, float* ou
   dot_rows(cpu_isa_best(), a, w, rows, K, out);
 }
 void widen_bf16(const Bf16* w, int64_t n, float* out) { widen_bf16(cpu_isa_best(), w, n, out); }
+void widen_fp8_row(const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K, float* out) {
+  widen_fp8_row(cpu_isa_best(), lut, w, tile_scales, K, out);
+}
 void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows, int64_t K, float* out,
                      int64_t ldo) {
   dot_rows_tokens(cpu_isa_best(), a, m, w, rows, K, out, ldo);

@@ -75,6 +75,14 @@ inline void widen_bf16_ref(const Bf16* w, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(w[i]);
 }
 
+// One row of a block-scaled FP8 matrix (E4M3 bytes [K], the tile scales of
+// the row's 128-row band [ceil(K / 128)]) -> out [K] = e4m3(b) * scale, one
+// FP32 product per element: the exact dequantization of the format.
+inline void widen_fp8_row_ref(const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K,
+                              float* out) {
+  for (int64_t k = 0; k < K; ++k) out[k] = lut.e4m3[w[k]] * tile_scales[k / 128];
+}
+
 // dot of a with 4 rows w[0..3] (row stride K), K a multiple of 16, FP32
 // accumulation in 16 independent lanes per row, summed pairwise at the end.
 inline void dot_4rows_ref(const float* a, const float* w, int64_t K, float out[4]) {
@@ -146,6 +154,9 @@ void dequant_mxfp4_rows(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* cod
                         int64_t K, float* out);
 void dot_rows(CpuIsa isa, const float* a, const float* w, int64_t rows, int64_t K, float* out);
 void widen_bf16(CpuIsa isa, const Bf16* w, int64_t n, float* out);
+void widen_fp8_row(const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K, float* out);
+void widen_fp8_row(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K,
+                   float* out);
 
 // Dequantization fused into the dots, for groups of at most kDotTokens
 // tokens (decode): out[t * ldo + r] = dot(a[t], W row r) with W rows [0, n)

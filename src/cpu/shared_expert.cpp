@@ -19,6 +19,7 @@ namespace {
 
 constexpr int64_t kTileRows = 16;
 constexpr int64_t kFp8Tile = SharedExpertWeights::kFp8Tile;
+static_assert(kFp8Tile == 128, "widen_fp8_row takes the scales of 128-column tiles");
 
 // One projection's weights W [N, K] in either format.
 struct WeightRows {
@@ -34,12 +35,8 @@ void widen_rows(const E2m1PairTable& lut, const WeightRows& w, int64_t n0, int64
     return;
   }
   const int64_t tiles_k = (K + kFp8Tile - 1) / kFp8Tile;
-  for (int64_t r = 0; r < n; ++r) {
-    const uint8_t* row = w.fp8 + (n0 + r) * K;
-    const float* s = w.scale + ((n0 + r) / kFp8Tile) * tiles_k;
-    float* o = out + r * K;
-    for (int64_t k = 0; k < K; ++k) o[k] = lut.e4m3[row[k]] * s[k / kFp8Tile];
-  }
+  for (int64_t r = 0; r < n; ++r)
+    widen_fp8_row(lut, w.fp8 + (n0 + r) * K, w.scale + ((n0 + r) / kFp8Tile) * tiles_k, K, out + r * K);
 }
 
 // out[t, n] = dot(in[t], W[n]) for all t and n, one tile of rows widened at a
