@@ -24,57 +24,76 @@ std::vector<cpu::CpuIsa> available_isas() {
   return v;
 }
 
+// An exact conversion in every ISA: run(isa, out) fills out (poisoned
+// first), which must equal `want` byte for byte.
+template <class Run>
+void expect_every_isa_writes(const std::vector<float>& want, const std::string& what, Run run) {
+  for (cpu::CpuIsa isa : available_isas()) {
+    std::vector<float> got(want.size(), 1.0f);
+    run(isa, got.data());
+    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(got.data()), reinterpret_cast<const uint8_t*>(want.data()),
+                    int64_t(got.size() * 4), what + ", " + cpu::cpu_isa_name(isa));
+  }
+}
+
+// Random codes of n rows x K with one scale byte per `block` elements, the
+// first 256 scales every byte value (NaN ones too).
+struct CodeTile {
+  std::vector<uint8_t> codes, scales;
+};
+CodeTile every_scale_tile(Rng& rng, int64_t n, int64_t K, int64_t block) {
+  CodeTile t{std::vector<uint8_t>(static_cast<size_t>(n * K / 2)),
+             std::vector<uint8_t>(static_cast<size_t>(n * K / block))};
+  for (auto& c : t.codes) c = uint8_t(rng.next());
+  for (size_t i = 0; i < t.scales.size(); ++i) t.scales[i] = uint8_t(i < 256 ? i : rng.next());
+  return t;
+}
+
+// The reference tile is the spec: element i = value(code i) (element 2j in
+// the low nibble of byte j) times its block's scale, as the codec gives it.
+template <class Value>
+void expect_tile_is_the_codec(const std::vector<float>& tile, const CodeTile& t, int64_t block, Value value) {
+  for (size_t i = 0; i < tile.size(); ++i) {
+    const uint8_t q = uint8_t((t.codes[i / 2] >> ((i & 1) * 4)) & 15);
+    const float want = value(q, t.scales[i / size_t(block)]);
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(tile[i])) << "element " << i;
+    else ASSERT_EQ(fmt::float_to_bits(tile[i]), fmt::float_to_bits(want)) << "element " << i;
+  }
+}
+
+// NVFP4 tiles (UE4M3 per 16) and MXFP4 tiles (UE8M0 per 32: 0x00 is
+// 2^-127, 0xFF NaN): every code under every scale byte, the reference
+// against the codec and each ISA bit for bit against the reference.
 TEST(CpuKernels, DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
-  const int64_t n = 7, K = 4096;
-  std::vector<uint8_t> codes(static_cast<size_t>(n * K / 2)), scales(static_cast<size_t>(n * K / 16));
-  for (auto& c : codes) c = uint8_t(rng.next());
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i < 256 ? i : rng.next());  // all 256 bytes, NaN too
   const cpu::E2m1PairTable lut;
-  std::vector<float> b(static_cast<size_t>(n * K), 2.0f);
-  cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), n, K, b.data());
-  for (cpu::CpuIsa isa : available_isas()) {
-    std::vector<float> a(static_cast<size_t>(n * K), 1.0f);
-    cpu::dequant_rows_noglobal(isa, lut, codes.data(), scales.data(), n, K, a.data());
-    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
-                    int64_t(a.size() * 4), std::string("dequant vs ref, ") + cpu::cpu_isa_name(isa));
-  }
-  // And the reference is the spec: value(q) * e4m3(s), element 2i in the low nibble.
-  for (int64_t i : {int64_t(0), int64_t(1), int64_t(4095), int64_t(5000), n * K - 1}) {
-    const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
-    const float want = e2m1_decode(q) * e4m3_decode(scales[size_t(i / 16)]);
-    if (std::isnan(want)) EXPECT_TRUE(std::isnan(b[size_t(i)])) << "element " << i;
-    else EXPECT_EQ(b[size_t(i)], want) << "element " << i;
-  }
-}
-
-// MXFP4 tiles: every code under every UE8M0 byte (0x00 is 2^-127, 0xFF NaN),
-// each ISA bit for bit against the reference, and the reference against the
-// codec's mxfp4_value.
-TEST(CpuKernels, Mxfp4DequantMatchesReferenceBitwiseOnEveryCodeAndScale) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
-  Rng rng(seed);
-  const int64_t n = 5, K = 2048;
-  std::vector<uint8_t> codes(static_cast<size_t>(n * K / 2)), scales(static_cast<size_t>(n * K / 32));
-  for (auto& c : codes) c = uint8_t(rng.next());
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i < 256 ? i : rng.next());
-  const cpu::E2m1PairTable lut;
-  std::vector<float> b(static_cast<size_t>(n * K), 2.0f);
-  cpu::dequant_mxfp4_rows_ref(lut, codes.data(), scales.data(), n, K, b.data());
-  for (int64_t i = 0; i < n * K; ++i) {
-    const uint8_t q = uint8_t((codes[size_t(i / 2)] >> ((i & 1) * 4)) & 15);
-    const float want = fmt::mxfp4_value(q, scales[size_t(i / 32)]);
-    if (std::isnan(want)) ASSERT_TRUE(std::isnan(b[size_t(i)])) << "element " << i;
-    else ASSERT_EQ(fmt::float_to_bits(b[size_t(i)]), fmt::float_to_bits(want)) << "element " << i;
-  }
-  for (cpu::CpuIsa isa : available_isas()) {
-    std::vector<float> a(static_cast<size_t>(n * K), 1.0f);
-    cpu::dequant_mxfp4_rows(isa, lut, codes.data(), scales.data(), n, K, a.data());
-    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(a.data()), reinterpret_cast<const uint8_t*>(b.data()),
-                    int64_t(a.size() * 4), std::string("mxfp4 dequant vs ref, ") + cpu::cpu_isa_name(isa));
+  using Ref = void (*)(const cpu::E2m1PairTable&, const uint8_t*, const uint8_t*, int64_t, int64_t, float*);
+  using Isa = void (*)(cpu::CpuIsa, const cpu::E2m1PairTable&, const uint8_t*, const uint8_t*, int64_t, int64_t,
+                       float*);
+  using Value = float (*)(uint8_t, uint8_t);
+  const struct {
+    const char* name;
+    int64_t n, K, block;
+    Ref ref;
+    Isa isa;
+    Value value;
+  } formats[] = {
+      {"nvfp4", 7, 4096, 16, cpu::dequant_rows_noglobal_ref, cpu::dequant_rows_noglobal,
+       [](uint8_t q, uint8_t s) { return e2m1_decode(q) * e4m3_decode(s); }},
+      {"mxfp4", 5, 2048, 32, cpu::dequant_mxfp4_rows_ref, cpu::dequant_mxfp4_rows,
+       [](uint8_t q, uint8_t s) { return fmt::mxfp4_value(q, s); }},
+  };
+  for (const auto& f : formats) {
+    SCOPED_TRACE(f.name);
+    const CodeTile t = every_scale_tile(rng, f.n, f.K, f.block);
+    std::vector<float> b(static_cast<size_t>(f.n * f.K), 2.0f);
+    f.ref(lut, t.codes.data(), t.scales.data(), f.n, f.K, b.data());
+    expect_tile_is_the_codec(b, t, f.block, f.value);
+    expect_every_isa_writes(b, std::string(f.name) + " dequant vs ref", [&](cpu::CpuIsa isa, float* out) {
+      f.isa(isa, lut, t.codes.data(), t.scales.data(), f.n, f.K, out);
+    });
   }
 }
 
@@ -99,12 +118,9 @@ TEST(CpuKernels, Fp8RowWideningMatchesReferenceBitwise) {
       if (std::isnan(v)) ASSERT_TRUE(std::isnan(want[size_t(k)])) << "K=" << K << " k=" << k;
       else ASSERT_EQ(want[size_t(k)], v) << "K=" << K << " k=" << k;
     }
-    for (cpu::CpuIsa isa : available_isas()) {
-      std::vector<float> got(static_cast<size_t>(K), 1.0f);
-      cpu::widen_fp8_row(isa, lut, w.data(), scales.data(), K, got.data());
-      EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(got.data()), reinterpret_cast<const uint8_t*>(want.data()),
-                      K * 4, std::string("widen_fp8_row, K=") + std::to_string(K) + ", " + cpu::cpu_isa_name(isa));
-    }
+    expect_every_isa_writes(want, "widen_fp8_row, K=" + std::to_string(K), [&](cpu::CpuIsa isa, float* out) {
+      cpu::widen_fp8_row(isa, lut, w.data(), scales.data(), K, out);
+    });
   }
 }
 
@@ -139,12 +155,9 @@ TEST(CpuKernels, DotsMatchReferenceAndWideningIsExact) {
   for (auto& v : h) v = Bf16{uint16_t(rng.next())};
   std::vector<float> f2(h.size());
   cpu::widen_bf16_ref(h.data(), int64_t(h.size()), f2.data());
-  for (cpu::CpuIsa isa : available_isas()) {
-    std::vector<float> f1(h.size());
-    cpu::widen_bf16(isa, h.data(), int64_t(h.size()), f1.data());
-    EXPECT_BYTES_EQ(reinterpret_cast<const uint8_t*>(f1.data()), reinterpret_cast<const uint8_t*>(f2.data()),
-                    int64_t(f1.size() * 4), std::string("widen_bf16, ") + cpu::cpu_isa_name(isa));
-  }
+  expect_every_isa_writes(f2, "widen_bf16", [&](cpu::CpuIsa isa, float* out) {
+    cpu::widen_bf16(isa, h.data(), int64_t(h.size()), out);
+  });
 }
 
 TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
@@ -174,6 +187,27 @@ TEST(CpuKernels, MultiTokenDotsEqualSingleTokenDotsBitwise) {
   }
 }
 
+// In every ISA and for every group of up to kDotTokens tokens, the fused
+// dots fused(isa, tokens, m, out) equal dot_rows_tokens on the converted
+// tile bit for bit.
+template <class Fused>
+void expect_fused_dots_equal_tile_dots(const std::vector<std::vector<float>>& a, const std::vector<float>& tile,
+                                       int64_t rows, int64_t K, Fused fused) {
+  for (cpu::CpuIsa isa : available_isas()) {
+    for (int m = 1; m <= cpu::kDotTokens; ++m) {
+      SCOPED_TRACE(cpu::cpu_isa_name(isa));
+      const float* ap[cpu::kDotTokens];
+      for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
+      std::vector<float> got(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
+      fused(isa, ap, m, got.data());
+      cpu::dot_rows_tokens(isa, ap, m, tile.data(), rows, K, split.data(), 16);
+      for (int t = 0; t < m; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(got[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
+    }
+  }
+}
+
 TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
@@ -188,19 +222,10 @@ TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
     for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
     std::vector<float> tile(static_cast<size_t>(rows * K)), scratch(static_cast<size_t>(rows * K));
     cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), rows, K, tile.data());
-    for (cpu::CpuIsa isa : available_isas()) {
-      for (int m = 1; m <= cpu::kDotTokens; ++m) {
-        SCOPED_TRACE(cpu::cpu_isa_name(isa));
-        const float* ap[cpu::kDotTokens];
-        for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
-        std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
-        cpu::nvfp4_dot_rows_tokens(isa, lut, ap, m, codes.data(), scales.data(), rows, K, fused.data(), 16, scratch.data());
-        cpu::dot_rows_tokens(isa, ap, m, tile.data(), rows, K, split.data(), 16);
-        for (int t = 0; t < m; ++t)
-          for (int64_t r = 0; r < rows; ++r)
-            ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
-      }
-    }
+    auto fused = [&](cpu::CpuIsa isa, const float* const* ap, int m, float* out) {
+      cpu::nvfp4_dot_rows_tokens(isa, lut, ap, m, codes.data(), scales.data(), rows, K, out, 16, scratch.data());
+    };
+    expect_fused_dots_equal_tile_dots(a, tile, rows, K, fused);
   }
 }
 
@@ -216,19 +241,10 @@ TEST(CpuKernels, FusedBf16DotsEqualWidenThenDotBitwise) {
     cpu::widen_bf16_ref(w.data(), int64_t(w.size()), wide.data());
     std::vector<std::vector<float>> a;
     for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
-    for (cpu::CpuIsa isa : available_isas()) {
-      for (int m = 1; m <= cpu::kDotTokens; ++m) {
-        SCOPED_TRACE(cpu::cpu_isa_name(isa));
-        const float* ap[cpu::kDotTokens];
-        for (int t = 0; t < m; ++t) ap[t] = a[size_t(t)].data();
-        std::vector<float> fused(static_cast<size_t>(m * 16), NAN), split(static_cast<size_t>(m * 16), NAN);
-        cpu::bf16_dot_rows_tokens(isa, ap, m, w.data(), rows, K, fused.data(), 16, scratch.data());
-        cpu::dot_rows_tokens(isa, ap, m, wide.data(), rows, K, split.data(), 16);
-        for (int t = 0; t < m; ++t)
-          for (int64_t r = 0; r < rows; ++r)
-            ASSERT_EQ(fused[size_t(t * 16 + r)], split[size_t(t * 16 + r)]) << "m=" << m << " token " << t << " row " << r;
-      }
-    }
+    auto fused = [&](cpu::CpuIsa isa, const float* const* ap, int m, float* out) {
+      cpu::bf16_dot_rows_tokens(isa, ap, m, w.data(), rows, K, out, 16, scratch.data());
+    };
+    expect_fused_dots_equal_tile_dots(a, wide, rows, K, fused);
   }
 }
 
