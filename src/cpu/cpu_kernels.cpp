@@ -22,6 +22,12 @@
 #include "cpu/cpu_kernels.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12's AVX-512 headers self-initialise undefined vectors (`__Y = __Y`)
+// and warn about it where they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define NVFP4_CPU_X86 1
 #endif
