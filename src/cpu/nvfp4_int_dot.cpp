@@ -197,14 +197,17 @@ NVFP4_AVX512_INT void int_dot_rows_avx512(const IntWeightTable& wt, const IntAct
   for (; r0 < n; ++r0) int_dot_avx512<M, 1>(wt, a, codes, scales, r0, K, out, ldo);
 }
 
-// 4 UE4M3 bytes -> 8 lane floats e4m3(b_{l/2}) / 256.
-NVFP4_AVX2_INT inline __m256 lane_scales_avx2(uint32_t bytes4) {
-  const __m128i b = _mm_cvtsi32_si128(int(bytes4));
-  const __m128i w = _mm_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));
-  __m128i h = _mm_and_si128(_mm_slli_epi16(w, 7), _mm_set1_epi16(short(0xBFFF)));
-  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
-  h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7C00)));
-  return _mm256_cvtph_ps(h);
+// 8 UE4M3 bytes -> 16 lane floats e4m3(b_{l/2}) / 256: lanes 0..7 in lo,
+// 8..15 in hi (the two halves of a chunk).
+NVFP4_AVX2_INT inline void lane_scales_avx2(uint64_t bytes8, __m256& lo, __m256& hi) {
+  const __m128i b = _mm_cvtsi64_si128(int64_t(bytes8));
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));  // sign to bits 8..15
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(short(0xBFFF)));
+  const __m256i nan =
+      _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
+  h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
 NVFP4_AVX2_INT inline float lane_sum_avx2(__m256 lo, __m256 hi) {
@@ -222,31 +225,32 @@ NVFP4_AVX2_INT void int_dot_row_avx2(const IntWeightTable& wt, const IntActRow* 
   const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[M][2];
   for (int t = 0; t < M; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < int_chunks(K); ++c)
+  for (int64_t c = 0; c < int_chunks(K); ++c) {
+    prefetch_row_chunk(codes + c * 64, scales + c * 8, c);
+    // A whole chunk loads straight from the row: a copy through a stack
+    // buffer (zeroed, then written as 16-byte stores) makes each 32-byte
+    // load wait for two stores, which no store forwarding covers, and took
+    // 3-4x the memory time at batch 1 (measured). Only the tail chunk of a
+    // row goes through the buffer, zero past K.
+    __m256i x[2];
+    uint64_t sb = 0;
+    if ((c + 1) * kIntChunk <= K) {
+      x[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + c * 64));
+      x[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + c * 64 + 32));
+      std::memcpy(&sb, scales + c * 8, 8);
+    } else {
+      alignas(32) uint8_t cb[64] = {};
+      const int64_t e0 = c * kIntChunk;
+      std::memcpy(cb, codes + e0 / 2, size_t((K - e0) / 2));
+      std::memcpy(&sb, scales + e0 / 16, size_t((K - e0) / 16));
+      x[0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(cb));
+      x[1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(cb + 32));
+    }
+    __m256 sw[2];
+    lane_scales_avx2(sb, sw[0], sw[1]);  // one conversion for the chunk's 8 scale bytes
     for (int h = 0; h < 2; ++h) {
-      // code bytes [c * 64 + 32h, +32) and their 4 scale bytes, zero past K
-      const int64_t e0 = c * kIntChunk + 64 * h;
-      if (h == 0) prefetch_row_chunk(codes + c * 64, scales + c * 8, c);
-      // Whole halves load straight from the row: a copy through a stack
-      // buffer (zeroed, then written as two 16-byte stores) makes the
-      // 32-byte load wait for both stores, which no store forwarding
-      // covers, and took 3-4x the memory time at batch 1 (measured).
-      __m256i x;
-      uint32_t sb = 0;
-      if (e0 + 64 <= K) {
-        x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + e0 / 2));
-        std::memcpy(&sb, scales + e0 / 16, 4);
-      } else {
-        alignas(32) uint8_t cb[32] = {};
-        if (e0 < K) {
-          std::memcpy(cb, codes + e0 / 2, size_t((K - e0) / 2));
-          std::memcpy(&sb, scales + e0 / 16, size_t((K - e0) / 16));
-        }
-        x = _mm256_load_si256(reinterpret_cast<const __m256i*>(cb));
-      }
-      const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(x, low4));
-      const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
-      const __m256 sw = lane_scales_avx2(sb);
+      const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(x[h], low4));
+      const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x[h], 4), low4));
       for (int t = 0; t < M; ++t) {
         const int8_t* q = a[t].q + c * kIntChunk + 32 * h;
         const __m256i qlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
@@ -258,9 +262,10 @@ NVFP4_AVX2_INT void int_dot_row_avx2(const IntWeightTable& wt, const IntActRow* 
         const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, qlo), _mm256_maddubs_epi16(wh, qhi));
         const __m256i s = _mm256_add_epi32(bias, _mm256_madd_epi16(pairs, ones));
         const __m256 sa = _mm256_loadu_ps(a[t].scale + c * kIntLanes + 8 * h);
-        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), sw), sa, acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), sw[h]), sa, acc[t][h]);
       }
     }
+  }
   for (int t = 0; t < M; ++t) out[t * ldo] = lane_sum_avx2(acc[t][0], acc[t][1]);
 }
 
