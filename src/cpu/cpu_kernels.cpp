@@ -32,6 +32,8 @@
 #define NVFP4_CPU_X86 1
 #endif
 
+#include "cpu/e4m3_simd.hpp"
+
 namespace nvfp4moe::cpu {
 
 namespace {
@@ -268,23 +270,22 @@ NVFP4_AVX2 void widen_avx2(const Bf16* w, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = bf16_to_float(w[i]);
 }
 
-// 8 E4M3 bytes x their tile scale (exact). A byte shifted into an FP16
-// pattern is e4m3 / 256 exactly, subnormals included (the FP16 exponent
-// bias is 8 more than E4M3's), so vcvtph2ps and an exact multiply by 256
-// give e4m3, and one multiply by the scale rounds as the reference does.
-// 0x7F / 0xFF become FP16's quiet NaN with the byte's sign, which widens
-// to the reference's NaN bits.
+// E4M3 bytes x their tile scale (exact): 16 at a time as FP16 patterns of
+// e4m3 / 256 (e4m3_simd.hpp), vcvtph2ps, an exact multiply by 256, and one
+// multiply by the scale, which rounds as the reference does. 16 divides the
+// 128-column tile, so a group has one scale.
 NVFP4_AVX2 void widen_fp8_row_avx2(const E2m1PairTable& lut, const uint8_t* w, const float* tile_scales, int64_t K,
                                    float* out) {
-  const __m128i nan16 = _mm_set1_epi16(0x7E00), sign16 = _mm_set1_epi16(short(0x8000));
+  const __m256 x256 = _mm256_set1_ps(256.0f);
   int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + k));
-    __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16(short(0xBFFF)));
-    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
-    h = _mm_blendv_epi8(h, _mm_or_si128(_mm_and_si128(h, sign16), nan16), nan);
-    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
-    _mm256_storeu_ps(out + k, _mm256_mul_ps(v, _mm256_set1_ps(tile_scales[k / 128])));
+  for (; k + 16 <= K; k += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k));
+    const __m256i h = e4m3_half_patterns(_mm256_cvtepi8_epi16(b));
+    const __m256 s = _mm256_set1_ps(tile_scales[k / 128]);
+    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_mul_ps(lo, x256), s));
+    const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    _mm256_storeu_ps(out + k + 8, _mm256_mul_ps(_mm256_mul_ps(hi, x256), s));
   }
   for (; k < K; ++k) out[k] = lut.e4m3[w[k]] * tile_scales[k / 128];
 }
@@ -310,10 +311,12 @@ struct Bf16RowsAvx2 {
 };
 struct Nvfp4RowsAvx2 {
   const E2m1PairTable& lut;
-  E2m1Avx2 e2m1;
+  E2m1Avx2 e2m1;  // from lut
   const uint8_t* codes;
   const uint8_t* scales;
   int64_t K;
+  NVFP4_AVX2 Nvfp4RowsAvx2(const E2m1PairTable& t, const uint8_t* c, const uint8_t* s, int64_t k)
+      : lut(t), e2m1(t), codes(c), scales(s), K(k) {}
   NVFP4_AVX2 __m256 load(int64_t r, int64_t k) const {
     return e2m1.decode8(codes + r * (K / 2) + k / 2, _mm256_set1_ps(lut.e4m3[scales[r * (K / 16) + k / 16]]));
   }
@@ -474,7 +477,7 @@ void nvfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* co
       default: break;
     }
   } else if (use_avx2(isa) && m >= 1 && m <= kDotTokens) {
-    return dot_tokens_avx2(a, m, Nvfp4RowsAvx2{lut, E2m1Avx2(lut), codes, scales, K}, n, K, out, ldo);
+    return dot_tokens_avx2(a, m, Nvfp4RowsAvx2(lut, codes, scales, K), n, K, out, ldo);
   }
 #endif
   dequant_rows_noglobal(isa, lut, codes, scales, n, K, scratch);

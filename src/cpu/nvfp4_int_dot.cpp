@@ -38,6 +38,8 @@
 #define NVFP4_INT_X86 1
 #endif
 
+#include "cpu/e4m3_simd.hpp"
+
 namespace nvfp4moe::cpu {
 
 bool pack_int_act_row(const float* v, int64_t K, IntActRows& rows, int64_t r) {
@@ -113,12 +115,7 @@ bool has_avx2_f16c() {
 
 // 8 UE4M3 bytes -> 16 lane floats e4m3(b_{l/2}) / 256.
 NVFP4_AVX512_INT inline __m512 lane_scales_avx512(__m128i bytes8) {
-  const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(bytes8, bytes8));  // sign to bits 8..15
-  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(short(0xBFFF)));
-  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-                                               _mm256_set1_epi16(0x3F80));
-  h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7C00)));
-  return _mm512_cvtph_ps(h);
+  return _mm512_cvtph_ps(e4m3_half_patterns(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(bytes8, bytes8))));
 }
 
 // The pairwise lane sum of the contract: l + 8, l + 4, l + 2, l + 1.
@@ -201,11 +198,7 @@ NVFP4_AVX512_INT void int_dot_rows_avx512(const IntWeightTable& wt, const IntAct
 // 8..15 in hi (the two halves of a chunk).
 NVFP4_AVX2_INT inline void lane_scales_avx2(uint64_t bytes8, __m256& lo, __m256& hi) {
   const __m128i b = _mm_cvtsi64_si128(int64_t(bytes8));
-  const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, b));  // sign to bits 8..15
-  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(short(0xBFFF)));
-  const __m256i nan =
-      _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
-  h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+  const __m256i h = e4m3_half_patterns(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b, b)));
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
