@@ -235,29 +235,19 @@ struct E2m1Avx2 {
   }
 };
 
-NVFP4_AVX2 void dequant_avx2(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
-                             int64_t K, float* out) {
+// Rows of 4-bit codes with one scale byte per kBlock elements (NVFP4: 16,
+// UE4M3; MXFP4: 32, UE8M0), scale_of(byte) its exact float.
+template <int kBlock, class ScaleOf>
+NVFP4_AVX2 void dequant_blocks_avx2(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
+                                    int64_t K, float* out, ScaleOf scale_of) {
   const E2m1Avx2 e2m1(lut);
-  const int64_t kb = K / 16;
+  const int64_t kb = K / kBlock;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < kb; ++b) {
-      const __m256 s = _mm256_set1_ps(lut.e4m3[scales[r * kb + b]]);
-      const uint8_t* c = codes + r * (K / 2) + b * 8;
-      _mm256_storeu_ps(out + r * K + b * 16, e2m1.decode8(c, s));
-      _mm256_storeu_ps(out + r * K + b * 16 + 8, e2m1.decode8(c + 4, s));
-    }
-}
-
-NVFP4_AVX2 void dequant_mxfp4_avx2(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
-                                   int64_t K, float* out) {
-  const E2m1Avx2 e2m1(lut);
-  const int64_t kb = K / fmt::kMxBlock;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < kb; ++b) {
-      const __m256 s = _mm256_set1_ps(fmt::ue8m0_value(scales[r * kb + b]));
-      const uint8_t* c = codes + r * (K / 2) + b * (fmt::kMxBlock / 2);
-      for (int i = 0; i < fmt::kMxBlock / 8; ++i)
-        _mm256_storeu_ps(out + r * K + b * fmt::kMxBlock + 8 * i, e2m1.decode8(c + 4 * i, s));
+      const __m256 s = _mm256_set1_ps(scale_of(scales[r * kb + b]));
+      const uint8_t* c = codes + r * (K / 2) + b * (kBlock / 2);
+      float* o = out + r * K + b * kBlock;
+      for (int i = 0; i < kBlock / 8; ++i) _mm256_storeu_ps(o + 8 * i, e2m1.decode8(c + 4 * i, s));
     }
 }
 
@@ -410,7 +400,8 @@ void dequant_rows_noglobal(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* 
                            int64_t n, int64_t K, float* out) {
 #ifdef NVFP4_CPU_X86
   if (use_avx512(isa)) return dequant_avx512(lut, codes, scales, n, K, out);
-  if (use_avx2(isa)) return dequant_avx2(lut, codes, scales, n, K, out);
+  if (use_avx2(isa))
+    return dequant_blocks_avx2<16>(lut, codes, scales, n, K, out, [&](uint8_t b) { return lut.e4m3[b]; });
 #endif
   dequant_rows_noglobal_ref(lut, codes, scales, n, K, out);
 }
@@ -418,7 +409,8 @@ void dequant_rows_noglobal(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* 
 void dequant_mxfp4_rows(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
                         int64_t K, float* out) {
 #ifdef NVFP4_CPU_X86
-  if (use_avx2(isa)) return dequant_mxfp4_avx2(lut, codes, scales, n, K, out);
+  if (use_avx2(isa))
+    return dequant_blocks_avx2<fmt::kMxBlock>(lut, codes, scales, n, K, out, fmt::ue8m0_value);
 #endif
   dequant_mxfp4_rows_ref(lut, codes, scales, n, K, out);
 }
