@@ -107,6 +107,7 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .sms = sms_,
                           .force_splits = fp8_choice_.splits,
                           .force_gemv_stages = fp8_choice_.gemv_stages,
+                          .force_gemv_warps = fp8_choice_.gemv_warps,
                           .path = fp8_choice_.kernels,
                           .scales_fold = fp8_fold_,
                           .x_perm = x_perm_.get(),

@@ -56,6 +56,7 @@ class DeviceSharedExpert {
     int splits = 0;         // K splits of the split kernels, 0: chosen from the grid
     int dequant_gemm = -1;  // -1: from the token count and the scales; 0: never; 1: always (power-of-two scales)
     int gemv_stages = 0;    // register stages of the GEMV form (2 or 3), 0: chosen from the grid
+    int gemv_warps = 0;     // warps a CTA of the GEMV form (3 or 4), 0: chosen from the grid
   };
   void set_fp8_choice(const Fp8Choice& c) { fp8_choice_ = c; }
   // Whether the dequantization + GEMM path can run: power-of-two FP8 factors

@@ -325,28 +325,29 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_kernel(const Fp8Projectio
 }
 
 // Decode, up to 16 tokens: one m-tile (16 weight rows) per CTA over all of
-// K, its 4 warps taking every 4th K tile each, and the warps' sums added in
-// shared memory: no split-K workspace, no second pass, and a grid of one
-// CTA per m-tile (gate/up Is / 8, down H / 16) to spread over the SMs.
-// kStages - 1 K tiles (2 KB of weights each a warp, and x) are in flight
-// while one is multiplied: 3 stages where the grid fits the SMs in one wave
-// at the residency their registers allow, else 2 (launch_gemv). Launched for
+// K, its kGemvWarps warps taking every kGemvWarps-th K tile each, and the
+// warps' sums added in shared memory: no split-K workspace, no second pass,
+// and a grid of one CTA per m-tile (gate/up Is / 8, down H / 16) to spread
+// over the SMs. kStages - 1 K tiles (2 KB of weights each a warp, and x)
+// are in flight while one is multiplied; launch_gemv picks the stages and
+// warps so that the grid fits the SMs in one wave. Launched for
 // programmatic dependent launch, a CTA issues its first weight loads before
 // it waits for the previous kernel (whose output it reads as x), so that
 // they overlap that kernel's tail (2-3 us of a V4-Pro forward).
-template <int kNT, bool kSwiGlu, int kStages>
-__global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Projection p) {
+template <int kNT, bool kSwiGlu, int kStages, int kGemvWarps>
+__global__ void __launch_bounds__(32 * kGemvWarps) shared_fp8_gemv_kernel(const Fp8Projection p) {
   static_assert(kXInRegisters<kNT>, "the GEMV form reads x into registers (up to 16 tokens)");
   static_assert(kStages == 2 || kStages == 3, "kStages: 2 or 3 register stages");
+  static_assert(kGemvWarps == 3 || kGemvWarps == 4, "kGemvWarps: 3 or 4 warps over K");
   constexpr int S = kStages;
   constexpr Fp8Convert kConv = Fp8Convert::Integer;  // measured faster here than the FP16 route
-  __shared__ float sums[kWarps][kNT][4][32];
+  __shared__ float sums[kGemvWarps][kNT][4][32];
   ptx::griddep_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const int u = int(blockIdx.x);
   const int row_lo = kSwiGlu ? 8 * u + g : 16 * u + g;
   const int row_hi = kSwiGlu ? p.rows / 2 + 8 * u + g : 16 * u + 8 + g;
-  const int tiles = p.tiles_k > warp ? (p.tiles_k - warp + kWarps - 1) / kWarps : 0;  // this warp's K tiles
+  const int tiles = p.tiles_k > warp ? (p.tiles_k - warp + kGemvWarps - 1) / kGemvWarps : 0;  // this warp's K tiles
 
   float acc[kNT][4];
 #pragma unroll
@@ -354,19 +355,19 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Proj
   StageRegs<kNT> ring[S];
 #pragma unroll
   for (int s = 0; s < S - 1; ++s)
-    if (s < tiles) load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kWarps * s, lane, ring[s]);
+    if (s < tiles) load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kGemvWarps * s, lane, ring[s]);
   ptx::griddep_wait();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s)
-    if (s < tiles) load_x_regs<kNT>(p, 0, warp + kWarps * s, g, t, ring[s]);
+    if (s < tiles) load_x_regs<kNT>(p, 0, warp + kGemvWarps * s, g, t, ring[s]);
   for (int i = 0; i < tiles; i += S) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       if (i + s >= tiles) break;
       const int next = i + s + S - 1, slot = (s + S - 1) % S;
       if (next < tiles) {
-        load_x_regs<kNT>(p, 0, warp + kWarps * next, g, t, ring[slot]);
-        load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kWarps * next, lane, ring[slot]);
+        load_x_regs<kNT>(p, 0, warp + kGemvWarps * next, g, t, ring[slot]);
+        load_weight_tile<kNT>(p, u, row_lo, row_hi, warp + kGemvWarps * next, lane, ring[slot]);
       }
       multiply_tile<kNT, kConv>(ring[s], nullptr, g, t, acc);
     }
@@ -381,26 +382,71 @@ __global__ void __launch_bounds__(kThreads) shared_fp8_gemv_kernel(const Fp8Proj
 #pragma unroll
   for (int n = 0; n < kNT; ++n)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[n][j] = sums[0][n][j][lane] + sums[1][n][j][lane] + sums[2][n][j][lane] + sums[3][n][j][lane];
+    for (int j = 0; j < 4; ++j) {
+      v[n][j] = sums[0][n][j][lane];
+#pragma unroll
+      for (int w = 1; w < kGemvWarps; ++w) v[n][j] += sums[w][n][j][lane];
+    }
   store_rows<kNT, kSwiGlu>(p, 0, row_lo, row_hi, t, v);
 }
 
 // The grid is one CTA per m-tile (V4-Pro: 384 gate/up, 448 down; V4-Flash:
 // 256 each), all meant to stream at once: a CTA that waits for a second
-// wave doubles its m-tile's time. Three stages take 155 registers a thread
-// at one n8 tile (3 CTAs an SM) and 208 at two (2 CTAs), two stages 118
-// (4) and 155 (3). NOTES (measured on an H100, GEMV device time, V4-Pro
-// T = 1 / 8 / 12 / 16): two stages for both projections 27.6 / 27.8 / 30.9 /
-// 31.7 us against 28.9 / 29.0 / 34.7 / 35.2 for three; V4-Flash, whose
-// grids fit with three, lost 2-4 % with two.
+// wave doubles its m-tile's time. A thread takes 155 registers with three
+// stages at one n8 tile and 208 at two, 116-119 and 157 with two stages, so
+// an SM holds 3 / 2 four-warp CTAs with three stages, 4 / 3 with two, and
+// 5 / 4 three-warp CTAs with two stages. The launcher takes the
+// first of (4 warps, 3 stages), (4, 2), (3, 2) whose grid fits in one wave
+// (else (4, 2)): V4-Pro's down grid at 9-16 tokens runs three-warp CTAs.
+// NOTES (H100, GEMV device time, V4-Pro T = 1 / 8 / 12 / 16): four warps,
+// two stages 27.6 / 27.8 / 30.9 / 31.7 us against 28.9 / 29.0 / 34.7 / 35.2
+// for three stages; V4-Flash, whose grids fit with three, lost 2-4 % with
+// two. Three-warp down CTAs at 12 / 16 tokens: 28.8-29.0 / 29.2 against
+// 31.1-31.4 / 31.6-31.7; at 1 / 8 tokens, where four-warp CTAs of two
+// stages fit, three-warp ones lost ~3 % (V4-Flash ~4 %). Four and five
+// stages (two CTAs an SM) gained nothing: V4-Pro T = 1 / 8 31.4-32.6 us
+// against 27.3-27.8 with two, V4-Flash 14.3-16.1 against 14.4-15.0 with
+// three.
+template <int kNT, bool kSwiGlu, int kGemvWarps, int kStages>
+void launch_gemv_shape(const Fp8Projection& p, dim3 grid, cudaStream_t stream) {
+  launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu, kStages, kGemvWarps>, grid, dim3(32 * kGemvWarps), 0, stream,
+                   true, p);
+}
+
 template <int kNT, bool kSwiGlu>
-void launch_gemv(const Fp8Projection& p, int force_stages, cudaStream_t stream) {
+int64_t gemv_resident_ctas(Fp8GemvShape s) {
+  if (s.warps == 4)
+    return s.stages == 3 ? resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 4>, 128, 0)
+                         : resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 4>, 128, 0);
+  return s.stages == 3 ? resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 3>, 96, 0)
+                       : resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 3>, 96, 0);
+}
+
+template <int kNT, bool kSwiGlu>
+Fp8GemvShape choose_gemv_shape(int64_t m_tiles, Fp8GemvShape forced) {
+  Fp8GemvShape s;
+  for (const Fp8GemvShape c : {Fp8GemvShape{.warps = 4, .stages = 3}, Fp8GemvShape{.warps = 4, .stages = 2},
+                                 Fp8GemvShape{.warps = 3, .stages = 2}})
+    if (m_tiles <= gemv_resident_ctas<kNT, kSwiGlu>(c)) {
+      s = c;
+      break;
+    }
+  if (forced.warps > 0) s.warps = forced.warps;
+  if (forced.stages > 0) s.stages = forced.stages;
+  return s;
+}
+
+template <int kNT, bool kSwiGlu>
+void launch_gemv(const Fp8Projection& p, Fp8GemvShape s, cudaStream_t stream) {
   const dim3 grid(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
-  const auto deep = shared_fp8_gemv_kernel<kNT, kSwiGlu, 3>;
-  if (force_stages == 3 || (force_stages == 0 && int64_t(grid.x) <= resident_ctas(deep, kThreads, 0)))
-    launch_dependent(deep, grid, dim3(kThreads), 0, stream, true, p);
+  if (s.warps == 4 && s.stages == 3)
+    launch_gemv_shape<kNT, kSwiGlu, 4, 3>(p, grid, stream);
+  else if (s.warps == 4)
+    launch_gemv_shape<kNT, kSwiGlu, 4, 2>(p, grid, stream);
+  else if (s.stages == 3)
+    launch_gemv_shape<kNT, kSwiGlu, 3, 3>(p, grid, stream);
   else
-    launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2>, grid, dim3(kThreads), 0, stream, true, p);
+    launch_gemv_shape<kNT, kSwiGlu, 3, 2>(p, grid, stream);
 }
 
 template <int kNT, bool kSwiGlu>
@@ -414,12 +460,11 @@ void launch_projection(const Fp8Projection& p, int n8_tiles, const SharedFp8Args
   const bool gemv = a.path == Fp8SharedPath::Gemv || (a.path == Fp8SharedPath::Auto && n8_tiles <= 2);
   if (gemv) {
     NVFP4_CHECK(n8_tiles <= 2, "shared_expert_fp8: the GEMV form takes up to 16 tokens, not ", p.tokens);
-    NVFP4_CHECK(a.force_gemv_stages == 0 || a.force_gemv_stages == 2 || a.force_gemv_stages == 3,
-                "shared_expert_fp8: the GEMV form has 2 or 3 register stages, not ", a.force_gemv_stages);
+    const Fp8GemvShape s = shared_fp8_gemv_shape(a, kSwiGlu);
     if (n8_tiles == 1)
-      launch_gemv<1, kSwiGlu>(p, a.force_gemv_stages, stream);
+      launch_gemv<1, kSwiGlu>(p, s, stream);
     else
-      launch_gemv<2, kSwiGlu>(p, a.force_gemv_stages, stream);
+      launch_gemv<2, kSwiGlu>(p, s, stream);
     NVFP4_CUDA_CHECK_LAUNCH(kSwiGlu ? "shared_fp8_gemv_kernel<gate/up>" : "shared_fp8_gemv_kernel<down>");
     return;
   }
@@ -446,6 +491,19 @@ bool shared_fp8_supports(const SharedFp8Args& a) {
   return a.tokens >= 0 && a.hidden > 0 && a.inter > 0 && a.hidden % 16 == 0 && a.inter % 16 == 0 &&
          2 * a.inter < (int64_t(1) << 30) && a.hidden < (int64_t(1) << 30) && a.tokens < (int64_t(1) << 30) &&
          aligned_to(a.x, 16) && aligned_to(a.w13, 16) && aligned_to(a.w2, 16) && aligned_to(a.h, 16);
+}
+
+Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up) {
+  NVFP4_CHECK(a.tokens <= 16, "shared_expert_fp8: the GEMV form takes up to 16 tokens, not ", a.tokens);
+  NVFP4_CHECK(a.force_gemv_stages == 0 || a.force_gemv_stages == 2 || a.force_gemv_stages == 3,
+              "shared_expert_fp8: the GEMV form has 2 or 3 register stages, not ", a.force_gemv_stages);
+  NVFP4_CHECK(a.force_gemv_warps == 0 || a.force_gemv_warps == 3 || a.force_gemv_warps == 4,
+              "shared_expert_fp8: the GEMV form has 3 or 4 warps a CTA, not ", a.force_gemv_warps);
+  const Fp8GemvShape forced{a.force_gemv_warps, a.force_gemv_stages};
+  const int64_t m_tiles = gate_up ? a.inter / 8 : ceil_div(a.hidden, 16);
+  if (a.tokens <= 8)
+    return gate_up ? choose_gemv_shape<1, true>(m_tiles, forced) : choose_gemv_shape<1, false>(m_tiles, forced);
+  return gate_up ? choose_gemv_shape<2, true>(m_tiles, forced) : choose_gemv_shape<2, false>(m_tiles, forced);
 }
 
 int64_t shared_fp8_counters(int64_t hidden, int64_t inter) {

@@ -84,6 +84,7 @@ struct SharedFp8Args {
   int sms = 0;                       // SMs of the device (the split choice)
   int force_splits = 0;              // > 0: this many K splits (tests, benchmarks); 0: chosen
   int force_gemv_stages = 0;         // 2 or 3: the GEMV form's register stages (tests); 0: chosen
+  int force_gemv_warps = 0;          // 3 or 4: the GEMV form's warps a CTA (tests); 0: chosen
   Fp8SharedPath path = Fp8SharedPath::Auto;
   bool scales_fold = false;          // every tile factor a power of two 2^-117 .. 2^7 (the wgmma form)
   __nv_bfloat16* x_perm = nullptr;   // scratch [T, H] (the wgmma form: x in its column order)
@@ -100,6 +101,14 @@ int64_t shared_fp8_counters(int64_t hidden, int64_t inter);
 std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols);
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
+// The GEMV form's CTA (up to 16 tokens, one CTA per m-tile of 16 rows):
+// warps over K and register stages. Unless forced, the first of (4, 3),
+// (4, 2), (3, 2) whose grid the device holds at once; (4, 2) if none does.
+struct Fp8GemvShape {
+  int warps = 4, stages = 2;
+};
+// The shape of `a`'s gate/up (gate_up) or down launch on the current device.
+Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up);
 // Whether shared_expert_fp8 runs the wgmma form for `a`.
 bool shared_fp8_uses_wgmma(const SharedFp8Args& a);
 

@@ -77,12 +77,13 @@ struct Fp8Case {
   bool limit;
   Fp8SharedPath path = Fp8SharedPath::Auto;
   int gemv_stages = 0;  // the GEMV form's register stages, 0: chosen by the launcher
+  int gemv_warps = 0;   // the GEMV form's warps a CTA, 0: chosen by the launcher
 };
 
 std::string case_name(const Fp8Case& c, uint64_t seed) {
   return "seed=" + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden) +
          " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits) +
-         " path=" + std::to_string(int(c.path)) + " gemv_stages=" + std::to_string(c.gemv_stages);
+         " path=" + std::to_string(int(c.path)) + " gemv_stages=" + std::to_string(c.gemv_stages) + " gemv_warps=" + std::to_string(c.gemv_warps);
 }
 
 struct Fp8Result {
@@ -132,6 +133,7 @@ Fp8Result run_fp8(const Fp8Case& c, const std::vector<uint16_t>& xb, const Share
   a.sms = sm_count();
   a.force_splits = c.splits;
   a.force_gemv_stages = c.gemv_stages;
+  a.force_gemv_warps = c.gemv_warps;
   a.path = c.path;
   a.scales_fold = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
                   fp8_scales_are_powers_of_two(w.w2_scale, 7);
@@ -295,9 +297,10 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
   EXPECT_TRUE(shared_fp8_wgmma_supports(a));
 }
 
-// The GEMV form's register stages may be forced to 2 or 3 (tests), nothing
-// else; the check comes before any CUDA call. Host logic only.
-TEST(SharedFp8, GemvStagesAreTwoOrThree) {
+// The GEMV form's register stages may be forced to 2 or 3 and its warps a
+// CTA to 3 or 4 (tests), nothing else; the check comes before any CUDA
+// call. Host logic only.
+TEST(SharedFp8, GemvShapeIsChecked) {
   Fp8WgmmaMaps maps;
   SharedFp8Args a = host_choice_args(maps);
   a.tokens = 4;
@@ -307,7 +310,51 @@ TEST(SharedFp8, GemvStagesAreTwoOrThree) {
   for (const int stages : {1, 4, -1}) {
     a.force_gemv_stages = stages;
     EXPECT_ERROR_CONTAINS(shared_expert_fp8(a, nullptr), "2 or 3 register stages, not " + std::to_string(stages));
+    EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, true), "2 or 3 register stages, not " + std::to_string(stages));
   }
+  a.force_gemv_stages = 0;
+  for (const int warps : {2, 5, 8, -3}) {
+    a.force_gemv_warps = warps;
+    EXPECT_ERROR_CONTAINS(shared_expert_fp8(a, nullptr), "3 or 4 warps a CTA, not " + std::to_string(warps));
+  }
+}
+
+// The GEMV form's CTA shape on a 132-SM Hopper (H100 SXM, H200): three
+// stages where the grid fits in one wave with them, else two; three-warp
+// CTAs only for V4-Pro's 448 down m-tiles at two n8 tiles, which four-warp
+// CTAs (3 an SM) do not fit. A forced field overrides its part only.
+TEST(SharedFp8, GemvShapeFitsTheGridInOneWave) {
+  SKIP_WITHOUT_GPU();
+  if (sm_count() != 132) GTEST_SKIP() << "the expected shapes are those of 132 SMs, this GPU has " << sm_count();
+  Fp8WgmmaMaps maps;
+  SharedFp8Args a = host_choice_args(maps);
+  struct Expect {
+    int64_t hidden, inter, tokens;
+    bool gate_up;
+    int warps, stages;
+  };
+  for (const Expect& e : std::vector<Expect>{{7168, 3072, 1, true, 4, 3},  {7168, 3072, 1, false, 4, 2},
+                                             {7168, 3072, 8, false, 4, 2}, {7168, 3072, 9, true, 4, 2},
+                                             {7168, 3072, 12, false, 3, 2}, {7168, 3072, 16, false, 3, 2},
+                                             {4096, 2048, 1, true, 4, 3},  {4096, 2048, 1, false, 4, 3},
+                                             {4096, 2048, 16, true, 4, 3}, {4096, 2048, 16, false, 4, 3}}) {
+    a.hidden = e.hidden;
+    a.inter = e.inter;
+    a.tokens = e.tokens;
+    const Fp8GemvShape s = shared_fp8_gemv_shape(a, e.gate_up);
+    EXPECT_EQ(s.warps, e.warps) << "H=" << e.hidden << " T=" << e.tokens << " gate_up=" << e.gate_up;
+    EXPECT_EQ(s.stages, e.stages) << "H=" << e.hidden << " T=" << e.tokens << " gate_up=" << e.gate_up;
+  }
+  a.hidden = 7168;
+  a.inter = 3072;
+  a.tokens = 16;
+  a.force_gemv_warps = 4;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 4);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 2);
+  a.force_gemv_warps = 0;
+  a.force_gemv_stages = 3;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 3);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 3);
 }
 
 // Auto's choice between the GEMV and wgmma forms: the GEMV form up to 16
@@ -349,6 +396,11 @@ TEST(SharedFp8, MatchesFp64OnRandomInputs) {
       // three-stage CTAs fit on the SMs at once (small grids here take three).
       {1, 256, 128, 0, true, Fp8SharedPath::Gemv, 2}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv, 2},
       {12, 640, 272, 0, true, Fp8SharedPath::Gemv, 2}, {16, 1296, 208, 0, false, Fp8SharedPath::Gemv, 2},
+      // ... and with three-warp CTAs (every 3rd K tile a warp: K tiles fewer than, a multiple of and not
+      // a multiple of 3), which it takes where only they fit the grid in one wave.
+      {1, 256, 128, 0, true, Fp8SharedPath::Gemv, 2, 3}, {7, 512, 384, 0, false, Fp8SharedPath::Gemv, 2, 3},
+      {12, 640, 272, 0, true, Fp8SharedPath::Gemv, 2, 3}, {16, 1296, 400, 0, false, Fp8SharedPath::Gemv, 2, 3},
+      {9, 768, 384, 0, true, Fp8SharedPath::Gemv, 3, 3},
       {3, 272, 208, 2, true, Fp8SharedPath::Split},
       // The wgmma form (H, Is multiples of 64; power-of-two factors): widths 16, 32, 64, 128; one K
       // tile (the second warpgroup idle), odd and even counts of them; a partial last K tile (H = 576,
