@@ -83,7 +83,8 @@ struct Fp8Case {
 std::string case_name(const Fp8Case& c, uint64_t seed) {
   return "seed=" + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.hidden) +
          " Is=" + std::to_string(c.inter) + " splits=" + std::to_string(c.splits) +
-         " path=" + std::to_string(int(c.path)) + " gemv_stages=" + std::to_string(c.gemv_stages) + " gemv_warps=" + std::to_string(c.gemv_warps);
+         " path=" + std::to_string(int(c.path)) + " gemv_stages=" + std::to_string(c.gemv_stages) +
+         " gemv_warps=" + std::to_string(c.gemv_warps);
 }
 
 struct Fp8Result {
