@@ -390,6 +390,14 @@ __global__ void __launch_bounds__(32 * kGemvWarps) shared_fp8_gemv_kernel(const 
   store_rows<kNT, kSwiGlu>(p, 0, row_lo, row_hi, t, v);
 }
 
+// The kernel of a shape (all four share one signature).
+template <int kNT, bool kSwiGlu>
+auto gemv_kernel(Fp8GemvShape s) {
+  if (s.warps == 4)
+    return s.stages == 3 ? shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 4> : shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 4>;
+  return s.stages == 3 ? shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 3> : shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 3>;
+}
+
 // The grid is one CTA per m-tile (V4-Pro: 384 gate/up, 448 down; V4-Flash:
 // 256 each), all meant to stream at once: a CTA that waits for a second
 // wave doubles its m-tile's time. A thread takes 155 registers with three
@@ -407,27 +415,12 @@ __global__ void __launch_bounds__(32 * kGemvWarps) shared_fp8_gemv_kernel(const 
 // stages (two CTAs an SM) gained nothing: V4-Pro T = 1 / 8 31.4-32.6 us
 // against 27.3-27.8 with two, V4-Flash 14.3-16.1 against 14.4-15.0 with
 // three.
-template <int kNT, bool kSwiGlu, int kGemvWarps, int kStages>
-void launch_gemv_shape(const Fp8Projection& p, dim3 grid, cudaStream_t stream) {
-  launch_dependent(shared_fp8_gemv_kernel<kNT, kSwiGlu, kStages, kGemvWarps>, grid, dim3(32 * kGemvWarps), 0, stream,
-                   true, p);
-}
-
-template <int kNT, bool kSwiGlu>
-int64_t gemv_resident_ctas(Fp8GemvShape s) {
-  if (s.warps == 4)
-    return s.stages == 3 ? resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 4>, 128, 0)
-                         : resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 4>, 128, 0);
-  return s.stages == 3 ? resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 3, 3>, 96, 0)
-                       : resident_ctas(shared_fp8_gemv_kernel<kNT, kSwiGlu, 2, 3>, 96, 0);
-}
-
 template <int kNT, bool kSwiGlu>
 Fp8GemvShape choose_gemv_shape(int64_t m_tiles, Fp8GemvShape forced) {
   Fp8GemvShape s;
   for (const Fp8GemvShape c : {Fp8GemvShape{.warps = 4, .stages = 3}, Fp8GemvShape{.warps = 4, .stages = 2},
                                  Fp8GemvShape{.warps = 3, .stages = 2}})
-    if (m_tiles <= gemv_resident_ctas<kNT, kSwiGlu>(c)) {
+    if (m_tiles <= resident_ctas(gemv_kernel<kNT, kSwiGlu>(c), 32 * c.warps, 0)) {
       s = c;
       break;
     }
@@ -439,14 +432,7 @@ Fp8GemvShape choose_gemv_shape(int64_t m_tiles, Fp8GemvShape forced) {
 template <int kNT, bool kSwiGlu>
 void launch_gemv(const Fp8Projection& p, Fp8GemvShape s, cudaStream_t stream) {
   const dim3 grid(unsigned(kSwiGlu ? p.rows / 16 : ceil_div(p.rows, 16)));  // one CTA per m-tile
-  if (s.warps == 4 && s.stages == 3)
-    launch_gemv_shape<kNT, kSwiGlu, 4, 3>(p, grid, stream);
-  else if (s.warps == 4)
-    launch_gemv_shape<kNT, kSwiGlu, 4, 2>(p, grid, stream);
-  else if (s.stages == 3)
-    launch_gemv_shape<kNT, kSwiGlu, 3, 3>(p, grid, stream);
-  else
-    launch_gemv_shape<kNT, kSwiGlu, 3, 2>(p, grid, stream);
+  launch_dependent(gemv_kernel<kNT, kSwiGlu>(s), grid, dim3(32 * s.warps), 0, stream, true, p);
 }
 
 template <int kNT, bool kSwiGlu>
@@ -459,8 +445,7 @@ void launch_projection(const Fp8Projection& p, int n8_tiles, const SharedFp8Args
   const int tiles = int(ceil_div(p.tokens, kTokenTile));
   const bool gemv = a.path == Fp8SharedPath::Gemv || (a.path == Fp8SharedPath::Auto && n8_tiles <= 2);
   if (gemv) {
-    NVFP4_CHECK(n8_tiles <= 2, "shared_expert_fp8: the GEMV form takes up to 16 tokens, not ", p.tokens);
-    const Fp8GemvShape s = shared_fp8_gemv_shape(a, kSwiGlu);
+    const Fp8GemvShape s = shared_fp8_gemv_shape(a, kSwiGlu);  // checks T <= 16 and the forced fields
     if (n8_tiles == 1)
       launch_gemv<1, kSwiGlu>(p, s, stream);
     else
