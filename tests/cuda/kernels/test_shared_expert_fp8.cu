@@ -299,8 +299,8 @@ TEST(SharedFp8, WgmmaFormTakesKUpTo16384) {
 }
 
 // The GEMV form's register stages may be forced to 2 or 3 and its warps a
-// CTA to 3 or 4 (tests), nothing else; the check comes before any CUDA
-// call. Host logic only.
+// CTA to 3 or 4 (tests), nothing else, and forcing the form takes at most
+// 16 tokens; the checks come before any CUDA call. Host logic only.
 TEST(SharedFp8, GemvShapeIsChecked) {
   Fp8WgmmaMaps maps;
   SharedFp8Args a = host_choice_args(maps);
@@ -318,6 +318,10 @@ TEST(SharedFp8, GemvShapeIsChecked) {
     a.force_gemv_warps = warps;
     EXPECT_ERROR_CONTAINS(shared_expert_fp8(a, nullptr), "3 or 4 warps a CTA, not " + std::to_string(warps));
   }
+  a.force_gemv_warps = 0;
+  a.tokens = 17;  // the GEMV form's tokens end at 16
+  EXPECT_ERROR_CONTAINS(shared_expert_fp8(a, nullptr), "up to 16 tokens, not 17");
+  EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, false), "up to 16 tokens, not 17");
 }
 
 // The GEMV form's CTA shape on a 132-SM Hopper (H100 SXM, H200): three
