@@ -48,6 +48,7 @@ DeviceSharedExpert::DeviceSharedExpert(const SharedExpertWeights& w, const MoeCo
     counters_ = DeviceBuffer<int32_t>(size_t(shared_fp8_counters(hidden_, inter_)));
     NVFP4_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
     sms_ = sm_count();
+    gemv_shapes_ = shared_fp8_gemv_shapes(hidden_, inter_);
     const bool pow2 = fp8_scales_are_powers_of_two(w.w1_scale) && fp8_scales_are_powers_of_two(w.w3_scale) &&
                       fp8_scales_are_powers_of_two(w.w2_scale);
     fp8_fold_ = fp8_scales_are_powers_of_two(w.w1_scale, 7) && fp8_scales_are_powers_of_two(w.w3_scale, 7) &&
@@ -111,7 +112,8 @@ void DeviceSharedExpert::run(const void* x, bool x_is_bf16, int64_t tokens, floa
                           .path = fp8_choice_.kernels,
                           .scales_fold = fp8_fold_,
                           .x_perm = x_perm_.get(),
-                          .wgmma_maps = wgmma_maps_.get()};
+                          .wgmma_maps = wgmma_maps_.get(),
+                          .gemv_shapes = &gemv_shapes_};
     const bool gemm = fp8_choice_.dequant_gemm < 0 ? tokens >= kFp8GemmMinTokens : fp8_choice_.dequant_gemm > 0;
     if (gemm && fp8_dequant_gemm_available()) {
       run_fp8_dequant_gemm(xb, tokens, out, stream);

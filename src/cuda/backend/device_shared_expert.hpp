@@ -83,6 +83,7 @@ class DeviceSharedExpert {
   DeviceBuffer<__nv_bfloat16> x_perm_;      // Fp8Block, fp8_fold_, H and Is multiples of 64: [max_tokens, H]
   std::unique_ptr<Fp8WgmmaMaps> wgmma_maps_;  // of x_perm_ and h_
   int sms_ = 0;
+  Fp8GemvShapes gemv_shapes_;               // Fp8Block: the GEMV launches' shapes on this device
   Fp8Choice fp8_choice_;
   DeviceBuffer<uint8_t> cublas_ws_;       // declared before the handle: outlives it
   std::unique_ptr<CublasHandle> cublas_;

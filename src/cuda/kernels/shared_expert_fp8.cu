@@ -416,17 +416,16 @@ auto gemv_kernel(Fp8GemvShape s) {
 // against 27.3-27.8 with two, V4-Flash 14.3-16.1 against 14.4-15.0 with
 // three.
 template <int kNT, bool kSwiGlu>
-Fp8GemvShape choose_gemv_shape(int64_t m_tiles, Fp8GemvShape forced) {
-  Fp8GemvShape s;
+Fp8GemvShape choose_gemv_shape(int64_t m_tiles) {
   for (const Fp8GemvShape c : {Fp8GemvShape{.warps = 4, .stages = 3}, Fp8GemvShape{.warps = 4, .stages = 2},
                                  Fp8GemvShape{.warps = 3, .stages = 2}})
-    if (m_tiles <= resident_ctas(gemv_kernel<kNT, kSwiGlu>(c), 32 * c.warps, 0)) {
-      s = c;
-      break;
-    }
-  if (forced.warps > 0) s.warps = forced.warps;
-  if (forced.stages > 0) s.stages = forced.stages;
-  return s;
+    if (m_tiles <= resident_ctas(gemv_kernel<kNT, kSwiGlu>(c), 32 * c.warps, 0)) return c;
+  return Fp8GemvShape{};
+}
+
+// GEMV m-tiles of one projection: gate/up 8 gate + 8 up rows each, down 16 rows.
+int64_t gemv_m_tiles(int64_t hidden, int64_t inter, bool gate_up) {
+  return gate_up ? inter / 8 : ceil_div(hidden, 16);
 }
 
 template <int kNT, bool kSwiGlu>
@@ -484,11 +483,29 @@ Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up) {
               "shared_expert_fp8: the GEMV form has 2 or 3 register stages, not ", a.force_gemv_stages);
   NVFP4_CHECK(a.force_gemv_warps == 0 || a.force_gemv_warps == 3 || a.force_gemv_warps == 4,
               "shared_expert_fp8: the GEMV form has 3 or 4 warps a CTA, not ", a.force_gemv_warps);
-  const Fp8GemvShape forced{a.force_gemv_warps, a.force_gemv_stages};
-  const int64_t m_tiles = gate_up ? a.inter / 8 : ceil_div(a.hidden, 16);
-  if (a.tokens <= 8)
-    return gate_up ? choose_gemv_shape<1, true>(m_tiles, forced) : choose_gemv_shape<1, false>(m_tiles, forced);
-  return gate_up ? choose_gemv_shape<2, true>(m_tiles, forced) : choose_gemv_shape<2, false>(m_tiles, forced);
+  Fp8GemvShape s;
+  if (a.gemv_shapes) {
+    s = a.gemv_shapes->of[gate_up][a.tokens <= 8 ? 0 : 1];
+  } else {
+    const int64_t m_tiles = gemv_m_tiles(a.hidden, a.inter, gate_up);
+    if (a.tokens <= 8)
+      s = gate_up ? choose_gemv_shape<1, true>(m_tiles) : choose_gemv_shape<1, false>(m_tiles);
+    else
+      s = gate_up ? choose_gemv_shape<2, true>(m_tiles) : choose_gemv_shape<2, false>(m_tiles);
+  }
+  if (a.force_gemv_warps > 0) s.warps = a.force_gemv_warps;
+  if (a.force_gemv_stages > 0) s.stages = a.force_gemv_stages;
+  return s;
+}
+
+Fp8GemvShapes shared_fp8_gemv_shapes(int64_t hidden, int64_t inter) {
+  const int64_t gate_up = gemv_m_tiles(hidden, inter, true), down = gemv_m_tiles(hidden, inter, false);
+  Fp8GemvShapes t;
+  t.of[0][0] = choose_gemv_shape<1, false>(down);
+  t.of[0][1] = choose_gemv_shape<2, false>(down);
+  t.of[1][0] = choose_gemv_shape<1, true>(gate_up);
+  t.of[1][1] = choose_gemv_shape<2, true>(gate_up);
+  return t;
 }
 
 int64_t shared_fp8_counters(int64_t hidden, int64_t inter) {

@@ -68,6 +68,19 @@ struct Fp8WgmmaMaps {
 Fp8WgmmaMaps make_fp8_wgmma_maps(const __nv_bfloat16* x_perm, const __nv_bfloat16* h, int64_t max_tokens,
                                  int64_t hidden, int64_t inter);
 
+// The GEMV form's CTA (up to 16 tokens, one CTA per m-tile of 16 rows):
+// warps over K and register stages. Unless forced, the first of (4, 3),
+// (4, 2), (3, 2) whose grid the device holds at once; (4, 2) if none does.
+struct Fp8GemvShape {
+  int warps = 4, stages = 2;
+};
+// The unforced shapes of one layer's GEMV launches on the current device,
+// of[gate_up][n8_tiles - 1], found once (shared_fp8_gemv_shapes: an
+// occupancy query per candidate) so that a launch asks the driver nothing.
+struct Fp8GemvShapes {
+  Fp8GemvShape of[2][2];
+};
+
 struct SharedFp8Args {
   const __nv_bfloat16* x = nullptr;  // [T, H]
   int64_t tokens = 0, hidden = 0, inter = 0;
@@ -89,6 +102,7 @@ struct SharedFp8Args {
   bool scales_fold = false;          // every tile factor a power of two 2^-117 .. 2^7 (the wgmma form)
   __nv_bfloat16* x_perm = nullptr;   // scratch [T, H] (the wgmma form: x in its column order)
   const Fp8WgmmaMaps* wgmma_maps = nullptr;  // of x_perm and h (the wgmma form)
+  const Fp8GemvShapes* gemv_shapes = nullptr;  // the device's GEMV shapes; null: found at each launch
 };
 
 // H and Is multiples of 16 (the layer's contract); 16-byte aligned x and h.
@@ -101,13 +115,10 @@ int64_t shared_fp8_counters(int64_t hidden, int64_t inter);
 std::vector<float> fp8_group_scales(const std::vector<float>& tile_scale, int64_t rows, int64_t cols);
 
 void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
-// The GEMV form's CTA (up to 16 tokens, one CTA per m-tile of 16 rows):
-// warps over K and register stages. Unless forced, the first of (4, 3),
-// (4, 2), (3, 2) whose grid the device holds at once; (4, 2) if none does.
-struct Fp8GemvShape {
-  int warps = 4, stages = 2;
-};
-// The shape of `a`'s gate/up (gate_up) or down launch on the current device.
+// The GEMV shapes of a layer of H = hidden, Is = inter on the current device.
+Fp8GemvShapes shared_fp8_gemv_shapes(int64_t hidden, int64_t inter);
+// The shape of `a`'s gate/up (gate_up) or down launch on the current device:
+// a.gemv_shapes' entry (or the same rule asked now), then the forced fields.
 Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up);
 // Whether shared_expert_fp8 runs the wgmma form for `a`.
 bool shared_fp8_uses_wgmma(const SharedFp8Args& a);

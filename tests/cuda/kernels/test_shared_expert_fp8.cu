@@ -362,6 +362,64 @@ TEST(SharedFp8, GemvShapeFitsTheGridInOneWave) {
   EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 3);
 }
 
+// A layer's table of GEMV shapes decides each launch's shape without asking
+// the device: entry [gate_up][n8 tiles - 1], then the forced fields. The
+// table here holds shapes no device rule gives together, so each entry is
+// seen to be the one read. Host logic only.
+TEST(SharedFp8, GemvShapeComesFromTheLayersTable) {
+  Fp8WgmmaMaps maps;
+  SharedFp8Args a = host_choice_args(maps);
+  a.hidden = 7168;
+  a.inter = 3072;
+  Fp8GemvShapes table;
+  table.of[0][0] = {.warps = 3, .stages = 3};
+  table.of[0][1] = {.warps = 4, .stages = 3};
+  table.of[1][0] = {.warps = 3, .stages = 2};
+  table.of[1][1] = {.warps = 4, .stages = 2};
+  a.gemv_shapes = &table;
+  for (const int tokens : {1, 8, 9, 16})
+    for (const bool gate_up : {false, true}) {
+      a.tokens = tokens;
+      const Fp8GemvShape want = table.of[gate_up][tokens <= 8 ? 0 : 1];
+      const Fp8GemvShape s = shared_fp8_gemv_shape(a, gate_up);
+      EXPECT_EQ(s.warps, want.warps) << "T=" << tokens << " gate_up=" << gate_up;
+      EXPECT_EQ(s.stages, want.stages) << "T=" << tokens << " gate_up=" << gate_up;
+    }
+  a.tokens = 4;
+  a.force_gemv_warps = 4;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 4);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 3);
+  a.force_gemv_warps = 0;
+  a.force_gemv_stages = 2;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 3);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 2);
+  a.tokens = 17;
+  EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, true), "up to 16 tokens, not 17");
+}
+
+// The table a layer finds once holds the shapes a launch would find by
+// itself, on whatever GPU runs the test.
+TEST(SharedFp8, GemvShapesTableMatchesTheLaunchRule) {
+  SKIP_WITHOUT_GPU();
+  Fp8WgmmaMaps maps;
+  SharedFp8Args a = host_choice_args(maps);
+  for (const auto& [hidden, inter] : std::vector<std::pair<int64_t, int64_t>>{{7168, 3072}, {4096, 2048}, {256, 128}}) {
+    a.hidden = hidden;
+    a.inter = inter;
+    const Fp8GemvShapes table = shared_fp8_gemv_shapes(hidden, inter);
+    for (const int tokens : {1, 8, 9, 16})
+      for (const bool gate_up : {false, true}) {
+        a.tokens = tokens;
+        a.gemv_shapes = nullptr;
+        const Fp8GemvShape asked = shared_fp8_gemv_shape(a, gate_up);
+        a.gemv_shapes = &table;
+        const Fp8GemvShape read = shared_fp8_gemv_shape(a, gate_up);
+        EXPECT_EQ(read.warps, asked.warps) << "H=" << hidden << " T=" << tokens << " gate_up=" << gate_up;
+        EXPECT_EQ(read.stages, asked.stages) << "H=" << hidden << " T=" << tokens << " gate_up=" << gate_up;
+      }
+  }
+}
+
 // Auto's choice between the GEMV and wgmma forms: the GEMV form up to 16
 // tokens, the wgmma form from 17, for DeepSeek-V4-Pro (H = 7168, Is = 3072)
 // and V4-Flash (H = 4096, Is = 2048) alike; never without power-of-two
