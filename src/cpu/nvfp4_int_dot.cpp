@@ -217,15 +217,13 @@ NVFP4_AVX2_INT inline void lane_scales_plain_avx2(uint64_t bytes8, __m256& lo, _
 
 // Whether every byte of s[0, n) is 0x00..0x7E (lane_scales_plain_avx2 holds).
 NVFP4_AVX2_INT inline bool scales_plain_avx2(const uint8_t* s, int64_t n) {
-  __m256i hi = _mm256_setzero_si256();
+  const __m256i top = _mm256_set1_epi8(0x7E);
+  __m256i hi = top;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) hi = _mm256_max_epu8(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-  alignas(32) uint8_t lanes[32];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), hi);
-  uint8_t m = 0;
-  for (const uint8_t v : lanes) m = std::max(m, v);
-  for (; i < n; ++i) m = std::max(m, s[i]);
-  return m < 0x7F;
+  bool plain = _mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, top)) == -1;
+  for (; i < n; ++i) plain &= s[i] < 0x7F;
+  return plain;
 }
 
 NVFP4_AVX2_INT inline float lane_sum_avx2(__m256 lo, __m256 hi) {
@@ -305,16 +303,19 @@ NVFP4_AVX2_INT void int_dot_rows_avx2(const IntWeightTable& wt, const IntActRow*
   // calls): the sign and NaN patch of the scale bytes is 5 of the ~14
   // instructions of a chunk's scale conversion and holds 5 more constants,
   // which the compiler rebuilt inside the loop (16 ymm registers). One check
-  // of the tile's scale bytes (1 byte per 32 of codes, then in cache) lets
-  // the loop skip the patch; with the per-half decode and the tail chunk out
-  // of the loop (int_dot_row_avx2) the tile took 2.10 / 3.10 / 4.44 / 6.33
-  // us at 1 / 2 / 3 / 4 tokens, against 3.00 / 3.82 / 5.14 / 7.23 before.
-  const bool plain = scales_plain_avx2(scales, n * (K / 16));
+  // of a row's scale bytes (1 byte per 32 of codes, in L1 by then: the
+  // previous rows' loops prefetch them) lets its loop skip the patch; with
+  // the per-half decode and the tail chunk out of the loop
+  // (int_dot_row_avx2) the tile took 2.10 / 3.10 / 4.44 / 6.33 us at 1 / 2 /
+  // 3 / 4 tokens, against 3.00 / 3.82 / 5.14 / 7.23 before. A check of the
+  // whole tile's scales at its start read them cold (8 % of the one-token
+  // dots' samples in the Flash forward).
   for (int64_t r = 0; r < n; ++r) {
-    if (plain)
-      int_dot_row_avx2<M, true>(wt, a, codes + r * (K / 2), scales + r * (K / 16), K, out + r, ldo);
+    const uint8_t* sr = scales + r * (K / 16);
+    if (scales_plain_avx2(sr, K / 16))
+      int_dot_row_avx2<M, true>(wt, a, codes + r * (K / 2), sr, K, out + r, ldo);
     else
-      int_dot_row_avx2<M, false>(wt, a, codes + r * (K / 2), scales + r * (K / 16), K, out + r, ldo);
+      int_dot_row_avx2<M, false>(wt, a, codes + r * (K / 2), sr, K, out + r, ldo);
   }
 }
 #endif
