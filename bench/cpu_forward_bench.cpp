@@ -15,8 +15,12 @@
 // evicts them from the caches first; `warm` as the fourth argument skips it
 // (the same input then finds its experts in the last-level cache).
 //
+// The fifth and sixth arguments pick the routed experts' format (nvfp4, or
+// mxfp4: random MXFP4 bytes, read at its 4.25 bits a weight) and their
+// activation mode (nvfp4, bf16, fp8: docs/numerics.md section 7).
+//
 // Built with -DNVFP4MOE_BUILD_BENCH=ON as nvfp4moe_cpu_bench.
-// Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads] [cold|warm]
+// Run: nvfp4moe_cpu_bench [flash|pro|small] [T1,T2,...] [threads] [cold|warm] [nvfp4|mxfp4] [nvfp4|bf16|fp8]
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_weights.hpp"
 #include "cpu_read_bandwidth.hpp"
 #include "moe/random_weights.hpp"
 #include "nvfp4moe/moe.hpp"
@@ -45,9 +50,15 @@ int main(int argc, char** argv) {
   }
   const int threads = argc > 3 ? std::atoi(argv[3]) : 0;
   const bool cold = !(argc > 4 && std::string(argv[4]) == "warm");
+  const ExpertFormat format = parse_format_option(argc > 5 ? argv[5] : "nvfp4");
+  c.activation = parse_activation_mode(argc > 6 ? argv[6] : "nvfp4");
   const int64_t E = c.experts, H = c.hidden, I = c.intermediate;
 
-  MoeWeights w = make_random_nvfp4_moe(c, /*seed=*/1);
+  // MXFP4: the router and shared expert of the NVFP4 layer (made with one
+  // expert), the routed experts as MXFP4 bytes.
+  const bool mx = format == ExpertFormat::Mxfp4;
+  MoeWeights w = make_random_nvfp4_moe(c, /*seed=*/1, 0, mx ? 1 : E);
+  if (mx) w.experts = make_random_mxfp4_experts(c, /*seed=*/1, 0, E);
   const int64_t Is = c.shared_inter();
   MoeOptions o;
   o.threads = threads;
@@ -66,11 +77,12 @@ int main(int argc, char** argv) {
     parallel_for(flush_pool, int64_t(buf.size()), 1 << 16,
                  [&](int64_t b, int64_t e) { sink += bench::read_words(buf.data() + b, e - b); });
   };
-  const double expert_bytes = double(3 * I * H / 2 + 3 * I * H / 16);
+  const double expert_bytes = double(3 * I * H) * checkpoint_bits_per_weight(format) / 8;
   const double fixed_bytes = double(3 * Is * H * 2 + E * H * 4);  // BF16 shared expert, FP32 gate
-  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s threads, read bandwidth %.1f GB/s, weights %s\n", model.c_str(),
-              (long long)H, (long long)I, (long long)E, (long long)c.top_k,
-              threads ? std::to_string(threads).c_str() : "all", bw / 1e9, cold ? "cold" : "warm");
+  std::printf("%s: H=%lld I=%lld E=%lld k=%lld, %s experts, act %s, %s threads, read bandwidth %.1f GB/s, weights %s\n",
+              model.c_str(), (long long)H, (long long)I, (long long)E, (long long)c.top_k, format_option_name(format),
+              activation_mode_name(c.activation), threads ? std::to_string(threads).c_str() : "all", bw / 1e9,
+              cold ? "cold" : "warm");
   std::printf("%8s %8s %12s %12s %10s %10s %8s\n", "tokens", "experts", "wall ms", "cpu ms", "tokens/s", "floor ms",
               "x floor");
   for (const int64_t T : tokens) {
