@@ -285,7 +285,7 @@ NVFP4_AVX2 void widen_fp8_row_avx2(const E2m1PairTable& lut, const uint8_t* w, c
 // grouping of tokens and rows below keeps that sequence per accumulator,
 // so a token's result never depends on its group, and the fused versions
 // equal "dequantize / widen, then dot" bit for bit. The weight rows come
-// through a loader: FP32 rows, BF16 rows widened, or NVFP4 rows decoded.
+// through a loader: FP32 rows, BF16 rows widened, or 4-bit rows decoded to int8.
 struct Fp32RowsAvx2 {
   const float* w;
   int64_t K;
@@ -299,18 +299,49 @@ struct Bf16RowsAvx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
 };
-struct Nvfp4RowsAvx2 {
-  const E2m1PairTable& lut;
-  E2m1Avx2 e2m1;  // from lut
-  const uint8_t* codes;
-  const uint8_t* scales;
+
+// Rows of 4-bit codes decoded once (decode_int8_rows_avx2) into iw =
+// 2 value(q) as int8 in element order, with one factor s / 2 per block of
+// 2^kShift elements: load() widens 8 of them and multiplies, which is
+// value(q) * s exactly (iw and s have at most 4 significant bits each). A
+// zero weight may come out +0 where value(q) * s is -0; no FMA sum started
+// at +0 tells them apart.
+template <int kShift>
+struct Int8BlockRowsAvx2 {
+  const int8_t* iw;   // [n, K]
+  const float* half;  // [n, K >> kShift]
   int64_t K;
-  NVFP4_AVX2 Nvfp4RowsAvx2(const E2m1PairTable& t, const uint8_t* c, const uint8_t* s, int64_t k)
-      : lut(t), e2m1(t), codes(c), scales(s), K(k) {}
   NVFP4_AVX2 __m256 load(int64_t r, int64_t k) const {
-    return e2m1.decode8(codes + r * (K / 2) + k / 2, _mm256_set1_ps(lut.e4m3[scales[r * (K / 16) + k / 16]]));
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(iw + r * K + k));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                         _mm256_broadcast_ss(half + r * (K >> kShift) + (k >> kShift)));
   }
 };
+
+// Rows [0, n) of codes [n, K/2] (element 2i in the low nibble of byte i) ->
+// iw [n, K] = 2 value(q) as int8 (a byte shuffle per 16 codes), and the
+// block scale bytes [n, K / kBlock] -> half = scale_of(byte) / 2.
+template <int kBlock, class ScaleOf>
+NVFP4_AVX2 void decode_int8_rows_avx2(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t K, int8_t* iw,
+                                      float* half, ScaleOf scale_of) {
+  alignas(16) static constexpr int8_t kTwiceValue[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kTwiceValue));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const int64_t elements = n * K;  // the rows' codes are one contiguous run
+  int64_t e = 0;
+  for (; e + 32 <= elements; e += 32) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + e / 2));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(b, low4));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(iw + e), _mm_unpacklo_epi8(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(iw + e + 16), _mm_unpackhi_epi8(lo, hi));
+  }
+  for (; e < elements; e += 2) {
+    iw[e] = kTwiceValue[codes[e / 2] & 15];
+    iw[e + 1] = kTwiceValue[codes[e / 2] >> 4];
+  }
+  for (int64_t b = 0; b < n * (K / kBlock); ++b) half[b] = scale_of(scales[b]) * 0.5f;
+}
 
 // M tokens x R rows from row r0.
 template <int M, int R, class Rows>
@@ -475,10 +506,27 @@ void nvfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* co
       default: break;
     }
   } else if (use_avx2(isa) && m >= 1 && m <= kDotTokens) {
-    return dot_tokens_avx2(a, m, Nvfp4RowsAvx2(lut, codes, scales, K), n, K, out, ldo);
+    int8_t* iw = reinterpret_cast<int8_t*>(scratch);
+    float* half = scratch + n * K / 4;  // K is a multiple of 16
+    decode_int8_rows_avx2<fmt::kBlock>(codes, scales, n, K, iw, half, [&](uint8_t b) { return lut.e4m3[b]; });
+    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<4>{iw, half, K}, n, K, out, ldo);
   }
 #endif
   dequant_rows_noglobal(isa, lut, codes, scales, n, K, scratch);
+  dot_rows_tokens(isa, a, m, scratch, n, K, out, ldo);
+}
+
+void mxfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch) {
+#ifdef NVFP4_CPU_X86
+  if (!use_avx512(isa) && use_avx2(isa) && m >= 1 && m <= kDotTokens) {
+    int8_t* iw = reinterpret_cast<int8_t*>(scratch);
+    float* half = scratch + n * K / 4;  // K is a multiple of 32
+    decode_int8_rows_avx2<fmt::kMxBlock>(codes, scales, n, K, iw, half, fmt::ue8m0_value);
+    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<5>{iw, half, K}, n, K, out, ldo);
+  }
+#endif
+  dequant_mxfp4_rows(isa, lut, codes, scales, n, K, scratch);
   dot_rows_tokens(isa, a, m, scratch, n, K, out, ldo);
 }
 
@@ -524,6 +572,10 @@ void dot_rows_tokens(const float* const* a, int m, const float* w, int64_t rows,
 void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
                            const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch) {
   nvfp4_dot_rows_tokens(cpu_isa_best(), lut, a, m, codes, scales, n, K, out, ldo, scratch);
+}
+void mxfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch) {
+  mxfp4_dot_rows_tokens(cpu_isa_best(), lut, a, m, codes, scales, n, K, out, ldo, scratch);
 }
 void bf16_dot_rows_tokens(const float* const* a, int m, const Bf16* w, int64_t n, int64_t K, float* out,
                           int64_t ldo, float* scratch) {

@@ -160,14 +160,23 @@ void widen_fp8_row(CpuIsa isa, const E2m1PairTable& lut, const uint8_t* w, const
 
 // Dequantization fused into the dots, for groups of at most kDotTokens
 // tokens (decode): out[t * ldo + r] = dot(a[t], W row r) with W rows [0, n)
-// of an NVFP4 matrix with K columns, dequantized as value(q) * f32(s) on the
-// fly — no tile is stored. Bit-identical to dequant_rows_noglobal followed by
-// dot_rows_tokens of the same ISA (same products, same FMA order). `scratch`
-// (n * K floats) is used only by the scalar fallback, which is exactly that
-// sequence.
+// of an NVFP4 matrix with K columns, dequantized as value(q) * f32(s):
+// AVX-512 inside the dots, no tile stored; AVX2 decodes the codes once into
+// `scratch` (n * K floats) as int8 twice-values with one factor per block,
+// a quarter of an FP32 tile's bytes, and widens them in the dots; the
+// scalar fallback dequantizes into `scratch` and dots. Bit-identical to
+// dequant_rows_noglobal followed by dot_rows_tokens of the same ISA (same
+// products, same FMA order).
 void nvfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
                            const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
 void nvfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
+// The same for MXFP4 rows (UE8M0 scales [n, K/32], K a multiple of 32):
+// bit-identical to dequant_mxfp4_rows followed by dot_rows_tokens of the
+// same ISA, `scratch` as above (AVX-512 dequantizes into it and dots).
+void mxfp4_dot_rows_tokens(const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
+                           const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
+void mxfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* const* a, int m, const uint8_t* codes,
                            const uint8_t* scales, int64_t n, int64_t K, float* out, int64_t ldo, float* scratch);
 
 // The same for BF16 weight rows (the shared expert in decode): widening fused

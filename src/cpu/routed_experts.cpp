@@ -67,9 +67,9 @@ struct Scratch {
 // position's n dot products.
 //   NVFP4 activations (packed): exact integer dots, up to kIntDotTokens
 //     tokens per pass over the tile's codes (nvfp4_int_dot.hpp).
-//   Other activations, few positions: rows dequantized inside the FP32 dots;
-//     more: dequantized once into the tile. MXFP4 tiles are always
-//     dequantized once (exact values, no global scale).
+//   Other activations, few positions: the fused dots (nvfp4_ /
+//     mxfp4_dot_rows_tokens); more: rows dequantized once into the FP32
+//     tile (exact values, no global scale) and reused by every pass.
 // A token's result never depends on the other positions of its group.
 template <typename Act, typename Packed, typename Emit>
 void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t* codes, const uint8_t* scales,
@@ -103,16 +103,22 @@ void tile_item_dots(const E2m1PairTable& lut, ExpertFormat format, const uint8_t
     flush();
     if (float_positions == 0) return;
   }
-  const bool fused = !mx && float_positions <= kDotTokens;
+  const bool fused = float_positions <= kDotTokens;
   float* tile = s.tile_of(kTileRows * K);
-  if (mx) dequant_mxfp4_rows(lut, codes, scales, n, K, tile);
-  else if (!fused) dequant_rows_noglobal(lut, codes, scales, n, K, tile);
+  if (!fused) {
+    if (mx)
+      dequant_mxfp4_rows(lut, codes, scales, n, K, tile);
+    else
+      dequant_rows_noglobal(lut, codes, scales, n, K, tile);
+  }
   const float* a[kDotTokens];
   int64_t pos_of[kDotTokens];
   int m = 0;
   auto flush = [&] {
     if (m == 0) return;
-    if (fused)
+    if (fused && mx)
+      mxfp4_dot_rows_tokens(lut, a, m, codes, scales, n, K, s.dots.data(), kTileRows, tile);
+    else if (fused)
       nvfp4_dot_rows_tokens(lut, a, m, codes, scales, n, K, s.dots.data(), kTileRows, tile);
     else
       dot_rows_tokens(a, m, tile, n, K, s.dots.data(), kTileRows);

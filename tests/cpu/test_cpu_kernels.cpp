@@ -213,8 +213,8 @@ TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   Rng rng(seed);
   const cpu::E2m1PairTable lut;
-  for (int64_t rows : {16, 4, 6}) {
-    const int64_t K = 16 * (1 + rng.below(200));
+  for (int64_t rows : {16, 4, 6, 5}) {  // 5 rows of an odd K / 16: codes end in half a 16-byte group
+    const int64_t K = rows == 5 ? 16 * (1 + 2 * rng.below(100)) : 16 * (1 + rng.below(200));
     std::vector<uint8_t> codes(static_cast<size_t>(rows * K / 2)), scales(static_cast<size_t>(rows * K / 16));
     for (auto& c : codes) c = uint8_t(rng.next());
     for (auto& b : scales) b = uint8_t(rng.below(0x7F));  // finite scales
@@ -224,6 +224,31 @@ TEST(CpuKernels, FusedNvfp4DotsEqualDequantThenDotBitwise) {
     cpu::dequant_rows_noglobal_ref(lut, codes.data(), scales.data(), rows, K, tile.data());
     auto fused = [&](cpu::CpuIsa isa, const float* const* ap, int m, float* out) {
       cpu::nvfp4_dot_rows_tokens(isa, lut, ap, m, codes.data(), scales.data(), rows, K, out, 16, scratch.data());
+    };
+    expect_fused_dots_equal_tile_dots(a, tile, rows, K, fused);
+  }
+}
+
+// MXFP4 rows, UE8M0 bytes 0x00 .. 0xE3 in turn (factors 2^-127 .. 2^100,
+// the smallest products subnormal; larger ones would overflow the sums to
+// NaN), a zero activation among them.
+TEST(CpuKernels, FusedMxfp4DotsEqualDequantThenDotBitwise) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Rng rng(seed);
+  const cpu::E2m1PairTable lut;
+  for (int64_t rows : {16, 4, 5}) {
+    const int64_t K = 32 * (1 + rng.below(100));
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * K / 2)), scales(static_cast<size_t>(rows * K / 32));
+    for (auto& c : codes) c = uint8_t(rng.next());
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = uint8_t(i % 0xE4);
+    std::vector<std::vector<float>> a;
+    for (int t = 0; t < cpu::kDotTokens; ++t) a.push_back(random_normal(rng, K));
+    a[0][size_t(rng.below(K))] = 0.0f;
+    std::vector<float> tile(static_cast<size_t>(rows * K)), scratch(static_cast<size_t>(rows * K));
+    cpu::dequant_mxfp4_rows_ref(lut, codes.data(), scales.data(), rows, K, tile.data());
+    auto fused = [&](cpu::CpuIsa isa, const float* const* ap, int m, float* out) {
+      cpu::mxfp4_dot_rows_tokens(isa, lut, ap, m, codes.data(), scales.data(), rows, K, out, 16, scratch.data());
     };
     expect_fused_dots_equal_tile_dots(a, tile, rows, K, fused);
   }
