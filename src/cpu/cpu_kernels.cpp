@@ -302,19 +302,21 @@ struct Bf16RowsAvx2 {
 
 // Rows of 4-bit codes decoded once (decode_int8_rows_avx2) into iw =
 // 2 value(q) as int8 in element order, with one factor s / 2 per block of
-// 2^kShift elements: load() widens 8 of them and multiplies, which is
+// kBlock elements: load() widens 8 of them and multiplies, which is
 // value(q) * s exactly (iw and s have at most 4 significant bits each). A
 // zero weight may come out +0 where value(q) * s is -0; no FMA sum started
 // at +0 tells them apart.
-template <int kShift>
+template <int kBlock>
 struct Int8BlockRowsAvx2 {
   const int8_t* iw;   // [n, K]
-  const float* half;  // [n, K >> kShift]
-  int64_t K;
+  const float* half;  // [n, blocks]
+  int64_t K, blocks;  // blocks = K / kBlock
   NVFP4_AVX2 __m256 load(int64_t r, int64_t k) const {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(iw + r * K + k));
+    // set1 of the value, not _mm256_broadcast_ss of its address: with the
+    // pointer form GCC 12 stored every accumulator of the pass at each step.
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
-                         _mm256_broadcast_ss(half + r * (K >> kShift) + (k >> kShift)));
+                         _mm256_set1_ps(half[r * blocks + k / kBlock]));
   }
 };
 
@@ -345,7 +347,9 @@ NVFP4_AVX2 void decode_int8_rows_avx2(const uint8_t* codes, const uint8_t* scale
 
 // M tokens x R rows from row r0.
 template <int M, int R, class Rows>
-NVFP4_AVX2 void dot_pass_avx2(const float* const* a, const Rows& w, int64_t r0, int64_t K, float* out, int64_t ldo) {
+NVFP4_AVX2 void dot_pass_avx2(const float* const* a, const Rows& rows, int64_t r0, int64_t K, float* out,
+                               int64_t ldo) {
+  const Rows w = rows;  // a local copy: its fields stay in registers across the loop
   __m256 acc[M][R];
   for (int t = 0; t < M; ++t)
     for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
@@ -367,8 +371,8 @@ NVFP4_AVX2 void dot_pass_avx2(const float* const* a, const Rows& w, int64_t r0, 
 // NOTES (Zen 3, one thread, 64 tokens in passes of 4 over a 16 x 4096 tile
 // in L2, min of 300): 3 rows a pass at 3-4 tokens instead of 2 take 7 loads
 // per 12 FMAs instead of 6 per 8; FP32 rows 161 -> 112-115 us, BF16 rows
-// (widened in the loads) 151 -> 104-106, NVFP4 rows (bound by the decode)
-// 293 either way.
+// (widened in the loads) 151 -> 104-106, NVFP4 rows (then decoded in each
+// load, which bound them) 293 either way.
 template <int M, class Rows>
 NVFP4_AVX2 void dot_tokens_avx2(const float* const* a, const Rows& w, int64_t n, int64_t K, float* out, int64_t ldo) {
   constexpr int R = M <= 2 ? 4 : 3;
@@ -509,7 +513,7 @@ void nvfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* co
     int8_t* iw = reinterpret_cast<int8_t*>(scratch);
     float* half = scratch + n * K / 4;  // K is a multiple of 16
     decode_int8_rows_avx2<fmt::kBlock>(codes, scales, n, K, iw, half, [&](uint8_t b) { return lut.e4m3[b]; });
-    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<4>{iw, half, K}, n, K, out, ldo);
+    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<fmt::kBlock>{iw, half, K, K / fmt::kBlock}, n, K, out, ldo);
   }
 #endif
   dequant_rows_noglobal(isa, lut, codes, scales, n, K, scratch);
@@ -523,7 +527,7 @@ void mxfp4_dot_rows_tokens(CpuIsa isa, const E2m1PairTable& lut, const float* co
     int8_t* iw = reinterpret_cast<int8_t*>(scratch);
     float* half = scratch + n * K / 4;  // K is a multiple of 32
     decode_int8_rows_avx2<fmt::kMxBlock>(codes, scales, n, K, iw, half, fmt::ue8m0_value);
-    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<5>{iw, half, K}, n, K, out, ldo);
+    return dot_tokens_avx2(a, m, Int8BlockRowsAvx2<fmt::kMxBlock>{iw, half, K, K / fmt::kMxBlock}, n, K, out, ldo);
   }
 #endif
   dequant_mxfp4_rows(isa, lut, codes, scales, n, K, scratch);
