@@ -324,6 +324,19 @@ TEST(SharedFp8, GemvShapeIsChecked) {
   EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, false), "up to 16 tokens, not 17");
 }
 
+// `a`'s down launch has the unforced GEMV shape `base`: forcing the other
+// warp count keeps base's stages, forcing the other stage count its warps.
+void expect_a_forced_field_overrides_its_part(SharedFp8Args a, Fp8GemvShape base) {
+  const int warps = base.warps == 4 ? 3 : 4, stages = base.stages == 3 ? 2 : 3;
+  a.force_gemv_warps = warps;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, warps);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, base.stages);
+  a.force_gemv_warps = 0;
+  a.force_gemv_stages = stages;
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, base.warps);
+  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, stages);
+}
+
 // The GEMV form's CTA shape on a 132-SM Hopper (H100 SXM, H200): three
 // stages where the grid fits in one wave with them, else two; three-warp
 // CTAs only for V4-Pro's 448 down m-tiles at two n8 tiles, which four-warp
@@ -353,13 +366,7 @@ TEST(SharedFp8, GemvShapeFitsTheGridInOneWave) {
   a.hidden = 7168;
   a.inter = 3072;
   a.tokens = 16;
-  a.force_gemv_warps = 4;
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 4);
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 2);
-  a.force_gemv_warps = 0;
-  a.force_gemv_stages = 3;
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 3);
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 3);
+  expect_a_forced_field_overrides_its_part(a, {.warps = 3, .stages = 2});
 }
 
 // A layer's table of GEMV shapes decides each launch's shape without asking
@@ -386,13 +393,7 @@ TEST(SharedFp8, GemvShapeComesFromTheLayersTable) {
       EXPECT_EQ(s.stages, want.stages) << "T=" << tokens << " gate_up=" << gate_up;
     }
   a.tokens = 4;
-  a.force_gemv_warps = 4;
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 4);
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 3);
-  a.force_gemv_warps = 0;
-  a.force_gemv_stages = 2;
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).warps, 3);
-  EXPECT_EQ(shared_fp8_gemv_shape(a, false).stages, 2);
+  expect_a_forced_field_overrides_its_part(a, table.of[0][0]);
   a.tokens = 17;
   EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, true), "up to 16 tokens, not 17");
 }
