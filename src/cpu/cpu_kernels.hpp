@@ -53,8 +53,9 @@ inline void dequant_rows_noglobal_ref(const E2m1PairTable& lut, const uint8_t* c
 
 // Rows [0, n) of an MXFP4 matrix with K columns (codes [*, K/2], UE8M0 scales
 // [*, K/32]) -> out [n, K] as value(q) * 2^(b - 127), exact. MXFP4 has no
-// global scale, so this is the whole dequantization. The one version: the
-// routed experts dequantize an MXFP4 tile once and reuse it for every token.
+// global scale, so this is the whole dequantization: the routed experts'
+// tile of more than kDotTokens tokens, and the definition the fused
+// mxfp4_dot_rows_tokens equals.
 inline void dequant_mxfp4_rows_ref(const E2m1PairTable& lut, const uint8_t* codes, const uint8_t* scales, int64_t n,
                                    int64_t K, float* out) {
   const int64_t kb = K / fmt::kMxBlock;
