@@ -483,16 +483,8 @@ Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up) {
               "shared_expert_fp8: the GEMV form has 2 or 3 register stages, not ", a.force_gemv_stages);
   NVFP4_CHECK(a.force_gemv_warps == 0 || a.force_gemv_warps == 3 || a.force_gemv_warps == 4,
               "shared_expert_fp8: the GEMV form has 3 or 4 warps a CTA, not ", a.force_gemv_warps);
-  Fp8GemvShape s;
-  if (a.gemv_shapes) {
-    s = a.gemv_shapes->of[gate_up][a.tokens <= 8 ? 0 : 1];
-  } else {
-    const int64_t m_tiles = gemv_m_tiles(a.hidden, a.inter, gate_up);
-    if (a.tokens <= 8)
-      s = gate_up ? choose_gemv_shape<1, true>(m_tiles) : choose_gemv_shape<1, false>(m_tiles);
-    else
-      s = gate_up ? choose_gemv_shape<2, true>(m_tiles) : choose_gemv_shape<2, false>(m_tiles);
-  }
+  const Fp8GemvShapes table = a.gemv_shapes ? *a.gemv_shapes : shared_fp8_gemv_shapes(a.hidden, a.inter);
+  Fp8GemvShape s = table.of[gate_up][a.tokens <= 8 ? 0 : 1];
   if (a.force_gemv_warps > 0) s.warps = a.force_gemv_warps;
   if (a.force_gemv_stages > 0) s.stages = a.force_gemv_stages;
   return s;

@@ -118,7 +118,8 @@ void shared_expert_fp8(const SharedFp8Args& a, cudaStream_t stream);
 // The GEMV shapes of a layer of H = hidden, Is = inter on the current device.
 Fp8GemvShapes shared_fp8_gemv_shapes(int64_t hidden, int64_t inter);
 // The shape of `a`'s gate/up (gate_up) or down launch on the current device:
-// a.gemv_shapes' entry (or the same rule asked now), then the forced fields.
+// the entry of a.gemv_shapes (or of shared_fp8_gemv_shapes found now), then
+// the forced fields.
 Fp8GemvShape shared_fp8_gemv_shape(const SharedFp8Args& a, bool gate_up);
 // Whether shared_expert_fp8 runs the wgmma form for `a`.
 bool shared_fp8_uses_wgmma(const SharedFp8Args& a);

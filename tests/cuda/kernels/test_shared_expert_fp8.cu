@@ -398,29 +398,6 @@ TEST(SharedFp8, GemvShapeComesFromTheLayersTable) {
   EXPECT_ERROR_CONTAINS(shared_fp8_gemv_shape(a, true), "up to 16 tokens, not 17");
 }
 
-// The table a layer finds once holds the shapes a launch would find by
-// itself, on whatever GPU runs the test.
-TEST(SharedFp8, GemvShapesTableMatchesTheLaunchRule) {
-  SKIP_WITHOUT_GPU();
-  Fp8WgmmaMaps maps;
-  SharedFp8Args a = host_choice_args(maps);
-  for (const auto& [hidden, inter] : std::vector<std::pair<int64_t, int64_t>>{{7168, 3072}, {4096, 2048}, {256, 128}}) {
-    a.hidden = hidden;
-    a.inter = inter;
-    const Fp8GemvShapes table = shared_fp8_gemv_shapes(hidden, inter);
-    for (const int tokens : {1, 8, 9, 16})
-      for (const bool gate_up : {false, true}) {
-        a.tokens = tokens;
-        a.gemv_shapes = nullptr;
-        const Fp8GemvShape asked = shared_fp8_gemv_shape(a, gate_up);
-        a.gemv_shapes = &table;
-        const Fp8GemvShape read = shared_fp8_gemv_shape(a, gate_up);
-        EXPECT_EQ(read.warps, asked.warps) << "H=" << hidden << " T=" << tokens << " gate_up=" << gate_up;
-        EXPECT_EQ(read.stages, asked.stages) << "H=" << hidden << " T=" << tokens << " gate_up=" << gate_up;
-      }
-  }
-}
-
 // Auto's choice between the GEMV and wgmma forms: the GEMV form up to 16
 // tokens, the wgmma form from 17, for DeepSeek-V4-Pro (H = 7168, Is = 3072)
 // and V4-Flash (H = 4096, Is = 2048) alike; never without power-of-two
