@@ -8,15 +8,17 @@
 // widen to 16 int32 lanes, look the 16 E2M1 values up with one vpermps from a
 // register table, multiply by the block's UE4M3 value. value(q) * f32(s) is
 // exact, so this is bit-identical to the scalar reference. AVX2 has no
-// 16-entry permute: 8 codes a register, two 8-entry permutes (the table's
-// halves) and a blend on the code's top bit (E2m1Avx2).
+// 16-entry permute: its FP32 tiles take 8 codes a register, two 8-entry
+// permutes (the table's halves) and a blend on the code's top bit
+// (E2m1Avx2); its fused dots decode the codes to int8 once with a byte
+// shuffle per 16 codes (decode_int8_rows_avx2) and widen them in the loads.
 //
 // NOTES (AMD EPYC, Zen 3, one thread, a 4096 x 4096 matrix in 16-row tiles):
 // against the scalar dequantization / widening followed by 8-lane dots, the
 // AVX2 kernels took BF16 dots 4497 -> 2012 us at one token (memory-bound
 // there: 16.7 GB/s) and 7878 -> 3262 at four, NVFP4 fused dots 9442 -> 4224
-// at one and 11165 -> 5235 at four, NVFP4 tile dequantization 6134 -> 3631,
-// MXFP4 11979 -> 3782.
+// at one and 11165 -> 5235 at four (before their int8 decode), NVFP4 tile
+// dequantization 6134 -> 3631, MXFP4 11979 -> 3782.
 #include <cstring>
 
 #include "cpu/cpu_kernels.hpp"
